@@ -1,0 +1,96 @@
+"""`spec.frontend`: the P/D-aware router, the optional GPU-less render tier, and the user-facing Service."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .base import ApiModel
+from .types import Annotations, ArgList, EnvList, Image, Labels, Port, ResourceList, Toleration
+
+DEFAULT_ROUTER_IMAGE = "ghcr.io/disagg-dev/vllm-router:0.1.17"
+RouterPolicy = Literal[
+    "random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash", "sticky_least_loaded"
+]
+
+
+class ResourceRequirements(ApiModel):
+    requests: ResourceList = Field(default_factory=dict, description="Resource requests, e.g. {cpu: 1, memory: 1Gi}.")
+    limits: ResourceList = Field(default_factory=dict, description="Resource limits.")
+
+
+class PodPlacement(ApiModel):
+    node_selector: Labels = Field(default_factory=dict, description="Node labels the pods require.")
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(
+        default_factory=list, description="Taints the pods tolerate."
+    )
+
+
+class RouterSpec(ApiModel):
+    """vllm-router in P/D mode, discovering engine pods through the Kubernetes API."""
+
+    image: Image = Field(
+        default=DEFAULT_ROUTER_IMAGE,
+        description="vllm-router image (built from PyPI vllm-router 0.1.17; see images/vllm-router in the "
+        "operator repository).",
+    )
+    replicas: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=1,
+        description="Router replicas. Routers keep per-session state in memory, so stateful policies work best "
+        "with one replica or sticky clients.",
+    )
+    policy: RouterPolicy = Field(
+        default="cache_aware", description="Default routing policy for both pools (vllm-router --policy)."
+    )
+    prefill_policy: RouterPolicy | None = Field(
+        default=None, description="Policy for choosing a prefill engine. Default: policy."
+    )
+    decode_policy: RouterPolicy | None = Field(
+        default=None, description="Policy for choosing a decode engine. Default: power_of_two."
+    )
+    port: Port = Field(default=8000, description="Port the router serves the OpenAI API on.")
+    metrics_port: Port = Field(default=29000, description="Port of the router's Prometheus metrics.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Router container resources."
+    )
+    placement: PodPlacement = Field(default_factory=PodPlacement, description="Where router pods run.")
+    env: EnvList = Field(default_factory=list, description="Extra environment variables.")
+    extra_args: ArgList = Field(
+        default_factory=list,
+        description="Extra vllm-router arguments. Flags the operator owns (discovery, ports, P/D mode) are refused.",
+    )
+
+
+class RenderSpec(ApiModel):
+    """GPU-less `vllm launch render` tier for tokenization and chat templating; engines then run --tokens-only."""
+
+    enabled: bool = Field(default=False, description="Deploy the render tier.")
+    replicas: Annotated[int, Field(ge=0, le=1000)] = Field(default=1, description="Render replicas (CPU only).")
+    image: Image | None = Field(default=None, description="Image with vLLM. Default: the engine image.")
+    workers: Annotated[int, Field(ge=1, le=256)] | None = Field(
+        default=None, description="Renderer worker processes per replica (vLLM --renderer-num-workers). vLLM default 1."
+    )
+    port: Port = Field(default=8000, description="Port of the render server.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements, description="Render container resources."
+    )
+    placement: PodPlacement = Field(default_factory=PodPlacement, description="Where render pods run.")
+    env: EnvList = Field(default_factory=list, description="Extra environment variables.")
+
+
+class ServiceSpec(ApiModel):
+    """The user-facing Service named after the DisaggDeployment."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(default="ClusterIP", description="Service type.")
+    port: Port = Field(default=8000, description="Service port of the OpenAI-compatible API.")
+    annotations: Annotations = Field(default_factory=dict, description="Service annotations (e.g. for a cloud LB).")
+    labels: Labels = Field(default_factory=dict, description="Extra Service labels.")
+
+
+class FrontendSpec(ApiModel):
+    """Everything in front of the engines."""
+
+    router: RouterSpec = Field(default_factory=RouterSpec, description="The P/D-aware router.")
+    render: RenderSpec = Field(default_factory=RenderSpec, description="Optional GPU-less render tier.")
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description="The user-facing Service.")

@@ -1,0 +1,79 @@
+"""`status`: what the operator reports. Written only by the operator, so reading it is lenient."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Phase = Literal["Pending", "Progressing", "Ready", "Degraded", "Invalid"]
+ConditionType = Literal["Ready", "Progressing", "Degraded", "SpecValid", "ScalingActive"]
+
+
+class StatusModel(BaseModel):
+    """Status is read back from the cluster, where an older operator may have left other keys: ignore them."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        extra="ignore",
+        frozen=True,
+    )
+
+
+class Condition(StatusModel):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="Condition type: Ready, Progressing, Degraded, SpecValid or ScalingActive.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="One-word CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(default=None, description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation this condition was computed from."
+    )
+
+
+class PoolStatus(StatusModel):
+    replicas: int = Field(default=0, description="Replicas that exist (pods of the current and older revisions).")
+    ready_replicas: int = Field(default=0, description="Replicas whose pods are all ready.")
+    updated_replicas: int = Field(default=0, description="Replicas running the current revision.")
+    desired_replicas: int = Field(default=0, description="Replicas the pool should have now (spec or autoscaler).")
+    last_scale_time: str | None = Field(default=None, description="When the autoscaler last changed the replicas.")
+    last_scale_reason: str | None = Field(default=None, description="Why the autoscaler last changed the replicas.")
+
+
+class ComponentStatus(StatusModel):
+    replicas: int = Field(default=0, description="Pods that exist.")
+    ready_replicas: int = Field(default=0, description="Pods that are ready.")
+    ready: bool = Field(default=False, description="Whether the component can serve.")
+
+
+class DisaggDeploymentStatus(StatusModel):
+    """Observed state of a DisaggDeployment."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation the operator last acted on."
+    )
+    phase: Phase | None = Field(default=None, description="Summary: Pending, Progressing, Ready, Degraded or Invalid.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, SpecValid and ScalingActive conditions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    endpoint: str | None = Field(
+        default=None, description="In-cluster URL of the OpenAI-compatible API (the Service <name>)."
+    )
+    model_family: str | None = Field(
+        default=None, description="Model family the operator applied (spec.model.family, or the inferred one)."
+    )
+    prefill_ready: str | None = Field(default=None, description="Ready/desired prefill replicas, e.g. 2/3.")
+    decode_ready: str | None = Field(default=None, description="Ready/desired decode replicas, e.g. 1/1.")
+    prefill: PoolStatus | None = Field(default=None, description="Prefill pool.")
+    decode: PoolStatus | None = Field(default=None, description="Decode pool.")
+    router: ComponentStatus | None = Field(default=None, description="The router.")
+    render: ComponentStatus | None = Field(default=None, description="The render tier, when enabled.")
+    kv_store: ComponentStatus | None = Field(default=None, description="The KV store, when deployed.")

@@ -1,0 +1,24 @@
+"""The `disagg` command line: one module per subcommand, each a thin shell over the pure core."""
+
+from __future__ import annotations
+
+import click
+
+from disagg import __version__
+
+from .crd import crd
+from .validate import validate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="disagg")
+def cli() -> None:
+    """Deploy and run vLLM prefill/decode disaggregated serving on Kubernetes."""
+
+
+cli.add_command(crd)
+cli.add_command(validate)
+
+
+def main() -> None:
+    cli(prog_name="disagg")
