@@ -141,7 +141,7 @@ def _install_spy(parser: argparse.ArgumentParser, sink: list[tuple[str, str]]) -
     (action, option_string, explicit_arg)). It observes only; the result is returned unchanged, so
     vLLM's parsing is untouched.
     """
-    original: Callable[[str], Any] = parser._parse_optional  # type: ignore[attr-defined]
+    original: Callable[[str], Any] = parser._parse_optional
 
     def spy(arg_string: str) -> Any:
         result = original(arg_string)
@@ -157,7 +157,7 @@ def _install_spy(parser: argparse.ArgumentParser, sink: list[tuple[str, str]]) -
                 sink.append((arg_string, option_string))
         return result
 
-    parser._parse_optional = spy  # type: ignore[attr-defined]
+    parser._parse_optional = spy  # type: ignore[method-assign]
 
 
 def build_cli() -> Cli:
