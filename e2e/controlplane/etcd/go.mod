@@ -1,0 +1,3 @@
+module disagg.invalid/controlplane/etcd
+
+go 1.26.0
