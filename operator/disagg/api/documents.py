@@ -38,6 +38,15 @@ class _StrictLoader(yaml.SafeLoader):
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                mark = key_node.start_mark
+                raise DocumentError(
+                    "a mapping key must be a plain value, not a list or mapping; use a string key",
+                    mark.line + 1,
+                    mark.column + 1,
+                ) from None
             if key in seen:
                 mark = key_node.start_mark
                 raise DocumentError(
@@ -51,7 +60,10 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load_documents(text: str) -> list[Document]:
     """Parse every document of a YAML stream; empty documents are dropped."""
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)
+    except yaml.YAMLError as exc:  # the reader rejects control characters before any parsing
+        raise DocumentError(f"not valid YAML: {exc}. Fix: remove control characters from the file") from exc
     documents = []
     try:
         index = 0
@@ -67,12 +79,12 @@ def load_documents(text: str) -> list[Document]:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
         raise DocumentError(
-            f"not valid YAML: {problem}",
+            f"not valid YAML: {problem}. Fix: check quoting, brackets and indentation there",
             mark.line + 1 if mark else None,
             mark.column + 1 if mark else None,
         ) from exc
     except yaml.YAMLError as exc:
-        raise DocumentError(f"not valid YAML: {exc}") from exc
+        raise DocumentError(f"not valid YAML: {exc}. Fix: correct the YAML syntax") from exc
     finally:
         loader.dispose()
     return documents

@@ -89,6 +89,7 @@ class EngineSettings(ApiModel):
     )
     all2all_backend: PluginName | None = Field(
         default=None,
+        alias="all2allBackend",
         description="All-to-all backend for expert parallelism (vLLM --all2all-backend), e.g. deepep_low_latency.",
     )
     shutdown_timeout_seconds: Annotated[int, Field(ge=0, le=86_400)] | None = Field(

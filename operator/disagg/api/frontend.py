@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from .base import ApiModel
+from .pool import CustomContainer
 from .types import Annotations, ArgList, EnvList, Image, Labels, Port, ResourceList, Toleration
 
 DEFAULT_ROUTER_IMAGE = "ghcr.io/disagg-dev/vllm-router:0.1.17"
@@ -59,6 +60,12 @@ class RouterSpec(ApiModel):
     extra_args: ArgList = Field(
         default_factory=list,
         description="Extra vllm-router arguments. Flags the operator owns (discovery, ports, P/D mode) are refused.",
+    )
+    custom_container: CustomContainer | None = Field(
+        default=None,
+        description="Run this container as the router instead of vllm-router, e.g. the P/D router that ships with a "
+        "custom decode engine. Its environment has DISAGG_PREFILL_HOST and DISAGG_DECODE_HOST (the pools' Service "
+        "names), usable in args as $(DISAGG_DECODE_HOST).",
     )
 
 

@@ -112,6 +112,19 @@ class LmcacheStore(ApiModel):
 class KvStore(ApiModel):
     """A shared KV store that outlives any single engine."""
 
+    model_config = with_cel(
+        CelRule(
+            rule="!has(self.mooncake) || self.type == 'mooncake'",
+            message="spec.kvCache.store.mooncake is set but type is not mooncake: remove it or set type: mooncake",
+            field_path=".mooncake",
+        ),
+        CelRule(
+            rule="!has(self.lmcache) || self.type == 'lmcache'",
+            message="spec.kvCache.store.lmcache is set but type is not lmcache: remove it or set type: lmcache",
+            field_path=".lmcache",
+        ),
+    )
+
     type: Literal["mooncake", "lmcache"] = Field(description="Which store to deploy and connect.")
     pools: PoolList = Field(default_factory=_both_pools, description="Pools that use the store.")
     mooncake: MooncakeStore | None = Field(default=None, description="Mooncake store settings (type mooncake).")
@@ -120,6 +133,14 @@ class KvStore(ApiModel):
 
 class KvCacheSpec(ApiModel):
     """KV cache tiers beyond GPU memory. Combined with the P/D connector through vLLM's MultiConnector."""
+
+    model_config = with_cel(
+        CelRule(
+            rule="!has(self.disk) || has(self.cpu)",
+            message="spec.kvCache.disk sits behind the CPU tier: add spec.kvCache.cpu with a size",
+            field_path=".disk",
+        )
+    )
 
     cpu: CpuTier | None = Field(default=None, description="Host-memory tier.")
     disk: DiskTier | None = Field(default=None, description="File-system tier behind the host-memory tier.")

@@ -154,6 +154,12 @@ class PoolSpec(ApiModel):
             "must split evenly across nodesPerReplica: change nodesPerReplica or the parallelism",
             field_path=".nodesPerReplica",
         ),
+        CelRule(
+            rule="self.nodesPerReplica == 1 || self.dataParallel == 1 || self.dataParallel % self.nodesPerReplica == 0",
+            message="dataParallel must be a multiple of nodesPerReplica so every node hosts the same ranks (or use "
+            "dataParallel 1 to span nodes with tensor/pipeline parallelism)",
+            field_path=".dataParallel",
+        ),
     )
 
     replicas: Annotated[int, Field(ge=0, le=10_000)] = Field(

@@ -7,20 +7,18 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema
 
 from .base import ApiModel
+from .cel import CelRule, with_cel
+from .errors import rule_error
 from .units import DURATION_PATTERN, UnitError, parse_duration, parse_quantity
 
 
 def _check_quantity(value: int | str) -> int | str:
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("a quantity cannot be negative")
-        return value
     try:
         amount = parse_quantity(value)
     except UnitError as exc:
-        raise ValueError(str(exc)) from exc
+        raise rule_error(str(exc), "use a number with an optional suffix: Ki, Mi, Gi, Ti (binary) or k, M, G") from exc
     if amount < 0:
-        raise ValueError("a quantity cannot be negative")
+        raise rule_error("a quantity cannot be negative", "use zero or a positive amount")
     return value
 
 
@@ -28,7 +26,7 @@ def _check_duration(value: str) -> str:
     try:
         parse_duration(value)
     except UnitError as exc:
-        raise ValueError(str(exc)) from exc
+        raise rule_error(str(exc), "write a number followed by ms, s, m or h, e.g. 2s or 1m30s") from exc
     return value
 
 
@@ -100,6 +98,13 @@ class EnvVarSource(ApiModel):
 
 class EnvVar(ApiModel):
     """An environment variable for a container, as in a Kubernetes pod spec."""
+
+    model_config = with_cel(
+        CelRule(
+            rule="!(has(self.value) && has(self.valueFrom))",
+            message="env: set either value or valueFrom, not both",
+        )
+    )
 
     name: Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN)] = Field(
         description="Name of the environment variable."

@@ -1,0 +1,153 @@
+"""Offline checks of a CRD schema, mirroring what kube-apiserver enforces.
+
+The real API server is the authority (the e2e suite applies the CRD and exercises CEL there); these helpers give the
+same verdicts in milliseconds so that unit tests can hold every example and every bad spec to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from copy import deepcopy
+from typing import Any
+
+import celpy
+from openapi_schema_validator import OAS30Validator
+
+FORBIDDEN_KEYS = {
+    "$ref", "$defs", "definitions", "id", "$schema", "additionalItems", "patternProperties", "dependencies",
+    "const", "discriminator", "readOnly", "writeOnly", "examples", "title",
+}
+_JUNCTORS = ("anyOf", "allOf", "oneOf", "not")
+
+
+def structural_violations(schema: Mapping[str, Any], path: str = "") -> Iterator[str]:
+    """Yield every way `schema` breaks the structural-schema rules of apiextensions.k8s.io/v1."""
+    for key in FORBIDDEN_KEYS & set(schema):
+        yield f"{path or '<root>'}: forbidden keyword {key}"
+    if schema.get("uniqueItems") is True:
+        yield f"{path}: uniqueItems true is forbidden (use x-kubernetes-list-type: set)"
+    if "properties" in schema and isinstance(schema.get("additionalProperties"), Mapping):
+        yield f"{path}: properties and additionalProperties are mutually exclusive"
+    untyped_ok = schema.get("x-kubernetes-int-or-string") or schema.get("x-kubernetes-preserve-unknown-fields")
+    if not schema.get("type") and not untyped_ok:
+        yield f"{path}: node has no type"
+    for junctor in _JUNCTORS:
+        branches = schema.get(junctor)
+        if branches is None:
+            continue
+        for branch in branches if isinstance(branches, list) else [branches]:
+            allowed_typed = schema.get("x-kubernetes-int-or-string") and set(branch) == {"type"}
+            for banned in ("description", "default", "nullable", "additionalProperties"):
+                if banned in branch:
+                    yield f"{path}.{junctor}: {banned} is not allowed inside {junctor}"
+            if "type" in branch and not allowed_typed:
+                yield f"{path}.{junctor}: type is not allowed inside {junctor}"
+    if "default" in schema:
+        errors = list(OAS30Validator(_strip_extensions(schema)).iter_errors(schema["default"]))
+        for error in errors:
+            yield f"{path}: default {schema['default']!r} is invalid: {error.message}"
+    map_keys = schema.get("x-kubernetes-list-map-keys")
+    if map_keys:
+        required = set(schema.get("items", {}).get("required", []))
+        for key in map_keys:
+            if key not in required:
+                yield f"{path}: list-map key {key} must be required in items"
+    for rule in schema.get("x-kubernetes-validations", []):
+        try:
+            celpy.Environment().compile(rule["rule"])
+        except Exception as exc:  # noqa: BLE001 - any compile failure is the finding
+            yield f"{path}: CEL rule {rule['rule']!r} does not compile: {exc}"
+    for name, child in schema.get("properties", {}).items():
+        yield from structural_violations(child, f"{path}.{name}" if path else name)
+    if isinstance(schema.get("items"), Mapping):
+        yield from structural_violations(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), Mapping):
+        yield from structural_violations(schema["additionalProperties"], f"{path}{{}}")
+
+
+def undescribed_properties(schema: Mapping[str, Any], path: str = "") -> Iterator[str]:
+    """Yield the path of every property that `kubectl explain` would show without a description."""
+    for name, child in schema.get("properties", {}).items():
+        child_path = f"{path}.{name}" if path else name
+        if not child.get("description"):
+            yield child_path
+        yield from undescribed_properties(child, child_path)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), Mapping):
+            yield from undescribed_properties(schema[key], path)
+
+
+def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
+    """Fill defaults the way the API server does: parents first, then the properties of what exists."""
+    if isinstance(value, dict):
+        result = dict(value)
+        for name, child in schema.get("properties", {}).items():
+            if name not in result and "default" in child:
+                result[name] = deepcopy(child["default"])
+            if name in result:
+                result[name] = apply_defaults(child, result[name])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            result = {key: apply_defaults(extra, item) for key, item in result.items()}
+        return result
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """OpenAPI v3 validation errors (types, enums, bounds, patterns) with their paths."""
+    validator = OAS30Validator(_strip_extensions(schema))
+    return [f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}" for error in validator.iter_errors(value)]
+
+
+def unknown_fields(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[str]:
+    """Fields the API server would drop (or refuse, with strict field validation) because the schema lacks them."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            child_path = f"{path}.{key}" if path else key
+            if properties is not None and key in properties:
+                yield from unknown_fields(properties[key], item, child_path)
+            elif isinstance(extra, Mapping):
+                yield from unknown_fields(extra, item, child_path)
+            elif properties is not None:
+                yield child_path
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(value):
+            yield from unknown_fields(schema["items"], item, f"{path}[{index}]")
+
+
+def cel_violations(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Evaluate every x-kubernetes-validations rule on the (defaulted) value; yield (field path, message)."""
+    for rule in schema.get("x-kubernetes-validations", []):
+        environment = celpy.Environment()
+        program = environment.program(environment.compile(rule["rule"]))
+        outcome = program.evaluate({"self": celpy.json_to_cel(value)})
+        if isinstance(outcome, Exception):
+            yield path + rule.get("fieldPath", ""), f"rule failed to evaluate: {outcome}"
+        elif not bool(outcome):
+            yield path + rule.get("fieldPath", ""), rule["message"]
+    if isinstance(value, dict):
+        for name, child in schema.get("properties", {}).items():
+            if name in value:
+                yield from cel_violations(child, value[name], f"{path}.{name}" if path else name)
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(value):
+            yield from cel_violations(schema["items"], item, f"{path}[{index}]")
+
+
+def _strip_extensions(schema: Any) -> Any:
+    """OAS30Validator does not know x-kubernetes-int-or-string; translate it and drop the other extensions."""
+    if isinstance(schema, Mapping):
+        stripped = {key: _strip_extensions(value) for key, value in schema.items() if not key.startswith("x-kubernetes-")}
+        if schema.get("x-kubernetes-int-or-string"):
+            stripped = {k: v for k, v in stripped.items() if k != "anyOf"}
+            stripped["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        return stripped
+    if isinstance(schema, list):
+        return [_strip_extensions(item) for item in schema]
+    return schema
