@@ -128,11 +128,14 @@ def heterogeneous_tp_divides(spec: DisaggDeploymentSpec, family: ResolvedFamily)
     prefill_tp, decode_tp = spec.prefill.tensor_parallel, spec.decode.tensor_parallel
     larger, smaller = max(prefill_tp, decode_tp), min(prefill_tp, decode_tp)
     if larger % smaller:
+        below = larger // smaller * smaller
+        above = below + smaller
+        which = "decode" if decode_tp == larger else "prefill"
         yield Problem(
             "spec.decode.tensorParallel",
             f"prefill TP {prefill_tp} and decode TP {decode_tp} cannot exchange KV: the larger TP must be a multiple "
             "of the smaller",
-            f"use TPs such as {smaller} and {smaller * max(1, larger // smaller)}, or equal TPs",
+            f"set {which} tensorParallel to a multiple of {smaller}, such as {below} or {above}",
         )
 
 

@@ -59,9 +59,10 @@ def test_nested_objects_default_to_empty_so_their_defaults_apply(resource_schema
     assert spec["prefill"]["default"] == {}
     assert spec["prefill"]["properties"]["replicas"]["default"] == 1
     assert "default" not in spec["model"]  # required, no default
-    assert "required" in resource_schema["properties"]["spec"] and "model" in resource_schema["properties"]["spec"][
-        "required"
-    ]
+    assert (
+        "required" in resource_schema["properties"]["spec"]
+        and "model" in resource_schema["properties"]["spec"]["required"]
+    )
 
 
 def test_cross_field_rules_are_enforced_by_the_api_server_too(resource_schema: dict[str, Any]) -> None:
@@ -101,8 +102,10 @@ def test_converter_maps_each_pydantic_construct() -> None:
     schema = structural_schema(_Toy)
     props = schema["properties"]
     assert props["size"] == {
-        "x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "default": "1Gi", "description": "A quantity.",
+        "x-kubernetes-int-or-string": True,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "default": "1Gi",
+        "description": "A quantity.",
     }
     assert props["ratio"]["minimum"] == 0 and props["ratio"]["exclusiveMinimum"] is True
     assert props["mode"]["type"] == "string" and "nullable" not in props["mode"]

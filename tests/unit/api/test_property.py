@@ -13,13 +13,18 @@ from disagg.api.validate import validate_deployment
 from tests.conftest import EXAMPLES
 
 _SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
     st.sampled_from(["nixl", "moe", "16Gi", "-1", "1e9", "2s", "hybrid-ssm", "custom", "", "Qwen/Qwen3-32B"]),
 )
 _JSON = st.recursive(
     _SCALARS,
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
     max_leaves=20,
 )
 _BASES = [load_documents(path.read_text())[0].content for path in EXAMPLES]

@@ -7,8 +7,16 @@ from disagg.api.units import UnitError, format_binary_quantity, parse_duration, 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("16Gi", 16 * 2**30), ("500m", Decimal("0.5")), ("2", 2), ("1.5G", Decimal("1.5e9")), ("1e3", 1000),
-     ("100Ki", 102400), (8, 8), ("3E", Decimal("3e18"))],
+    [
+        ("16Gi", 16 * 2**30),
+        ("500m", Decimal("0.5")),
+        ("2", 2),
+        ("1.5G", Decimal("1.5e9")),
+        ("1e3", 1000),
+        ("100Ki", 102400),
+        (8, 8),
+        ("3E", Decimal("3e18")),
+    ],
 )
 def test_quantities_parse_to_base_units(text: str | int, expected: Decimal | int) -> None:
     assert parse_quantity(text) == Decimal(expected)

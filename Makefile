@@ -1,0 +1,49 @@
+# Developer entry points. `make test` is what CI runs (.ci/run); `make demo` is the main job.
+# Cluster targets drive the local Kubernetes control plane used by the e2e tests (see docs/testing.md).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+
+.PHONY: dev demo lint unit test crds cluster-build cluster-up cluster-down cluster-status
+
+$(VENV)/.installed: pyproject.toml requirements/dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -c requirements/dev.txt -e '.[dev]'
+	touch $@
+
+dev: $(VENV)/.installed ## create .venv with the operator and its test tools
+
+lint: dev ## ruff, ruff format, mypy --strict
+	$(RUN) ruff check operator tests e2e
+	$(RUN) ruff format --check operator tests e2e
+	$(RUN) mypy
+
+unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
+	$(RUN) pytest tests -m "not contract and not e2e"
+
+test: lint unit ## everything CI runs
+
+demo: dev ## the main job (offline for now): validate every example, show a refused spec, print the CRD's head
+	$(RUN) disagg validate $(addprefix -f ,$(sort $(wildcard examples/*.yaml)))
+	@echo; echo "A broken spec is refused with the field path and the fix:"
+	-$(RUN) disagg validate -f tests/data/invalid/hetero-tp-indivisible.yaml -f tests/data/invalid/unknown-field-typo.yaml
+	@echo; echo "The CustomResourceDefinition (make crds writes it to crds/):"
+	$(RUN) disagg crd | head -n 60
+
+crds: dev ## regenerate crds/ from the API models
+	$(RUN) disagg crd > crds/disagg.dev_disaggdeployments.yaml
+
+cluster-build: ## build/cache etcd, kube-*, kubectl, kwok and helm (cold: ~20-40 min)
+	e2e/controlplane/build.sh
+
+cluster-up: ## start the local control plane with fake GPU nodes (idempotent)
+	$(RUN) python -m e2e.localcluster up
+
+cluster-down: ## stop it and remove its state
+	$(RUN) python -m e2e.localcluster down
+
+cluster-status:
+	$(RUN) python -m e2e.localcluster status

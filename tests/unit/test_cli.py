@@ -1,0 +1,87 @@
+"""The `disagg` command line as users run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from disagg.cli import cli
+from tests.conftest import EXAMPLES, INVALID, REPO
+
+
+def test_validate_accepts_every_example_in_one_call() -> None:
+    args = ["validate"] + [arg for path in EXAMPLES for arg in ("-f", str(path))]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("is valid") == len(EXAMPLES)
+
+
+def test_one_bad_file_fails_the_whole_run_but_every_file_is_reported() -> None:
+    bad = next(path for path in INVALID if path.stem == "hetero-tp-indivisible")
+    result = CliRunner().invoke(cli, ["validate", "-f", str(EXAMPLES[0]), "-f", str(bad)])
+    assert result.exit_code == 1
+    assert "is valid" in result.output and "is invalid" in result.output
+
+
+def test_quiet_prints_only_problems() -> None:
+    result = CliRunner().invoke(cli, ["validate", "-q", "-f", str(EXAMPLES[0])])
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_other_kinds_in_a_stream_are_skipped(tmp_path: Path) -> None:
+    stream = tmp_path / "stream.yaml"
+    stream.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: llm}\n---\n" + EXAMPLES[0].read_text())
+    result = CliRunner().invoke(cli, ["validate", "-f", str(stream)])
+    assert result.exit_code == 0, result.output
+    assert "skipped" in result.output and "Namespace is not a DisaggDeployment" in result.output
+
+
+def test_a_file_without_any_disaggdeployment_is_an_error(tmp_path: Path) -> None:
+    only_namespace = tmp_path / "ns.yaml"
+    only_namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: llm}\n")
+    result = CliRunner().invoke(cli, ["validate", "-f", str(only_namespace)])
+    assert result.exit_code == 1
+    assert "no DisaggDeployment found" in result.output
+
+
+def test_every_document_of_a_stream_is_checked(tmp_path: Path) -> None:
+    bad = next(path for path in INVALID if path.stem == "kv-dtype-mismatch")
+    stream = tmp_path / "two.yaml"
+    stream.write_text(EXAMPLES[0].read_text() + "---\n" + bad.read_text())
+    result = CliRunner().invoke(cli, ["validate", "-f", str(stream)])
+    assert result.exit_code == 1
+    assert "document 1" in result.output and "document 2" in result.output
+
+
+def test_stdin_is_read_with_dash() -> None:
+    result = CliRunner().invoke(cli, ["validate", "-f", "-"], input=EXAMPLES[0].read_text())
+    assert result.exit_code == 0, result.output
+
+
+def test_missing_file_is_a_readable_error() -> None:
+    result = CliRunner().invoke(cli, ["validate", "-f", "/nonexistent/dd.yaml"])
+    assert result.exit_code == 1
+    assert "cannot read" in result.output and "Traceback" not in result.output
+
+
+def test_crd_command_prints_the_checked_in_crd() -> None:
+    result = CliRunner().invoke(cli, ["crd"])
+    assert result.exit_code == 0
+    assert result.output == (REPO / "crds" / "disagg.dev_disaggdeployments.yaml").read_text()
+
+
+def test_installed_entry_point_reports_errors_without_a_traceback() -> None:
+    bad = next(path for path in INVALID if path.stem == "unknown-field-typo")
+    completed = subprocess.run(
+        [sys.executable, "-c", "from disagg.cli import main; main()", "validate", "-f", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 1
+    assert 'did you mean "tensorParallel"' in completed.stderr
+    assert "Traceback" not in completed.stderr + completed.stdout
