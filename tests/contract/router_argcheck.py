@@ -404,7 +404,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     why_no_rust = "--no-rust given" if opts.no_rust else "no usable `unshare --net` on this machine"
     if opts.selftest:
         return _selftest(netns, why_no_rust)
-    items = json.load(sys.stdin)
+    try:
+        items = json.load(sys.stdin)
+    except json.JSONDecodeError as exc:
+        print(f"stdin is not JSON: {exc}", file=sys.stderr)
+        return 2
     if not isinstance(items, list):
         print("stdin must hold a JSON list of items", file=sys.stderr)
         return 2

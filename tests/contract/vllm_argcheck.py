@@ -568,7 +568,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli = build_cli()
     if opts.selftest:
         return _selftest(cli)
-    items = json.load(sys.stdin)
+    try:
+        items = json.load(sys.stdin)
+    except json.JSONDecodeError as exc:
+        print(f"stdin is not JSON: {exc}", file=sys.stderr)
+        return 2
     if not isinstance(items, list):
         print("stdin must hold a JSON list of items", file=sys.stderr)
         return 2
