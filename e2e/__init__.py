@@ -1,0 +1,1 @@
+"""End-to-end tests and the local Kubernetes control plane they run against."""

@@ -1,0 +1,232 @@
+"""Bring the local control plane up and down, and report on it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import components, kubeconfig, nodes, pki, procs
+from .components import Component, Layout, Ports
+from .config import BUILD_SCRIPT, BinDir
+from .kubeapi import Api, ApiError
+
+Say = Callable[[str], None]
+
+NODES_TIMEOUT_SECONDS = 60.0
+SA_TIMEOUT_SECONDS = 60.0
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class State:
+    """What `up` started, persisted so that another process can stop it."""
+
+    root: Path
+    bin_dir: Path
+    ports: Ports
+    processes: list[procs.ProcessRecord] = field(default_factory=list)
+    started_at: float = 0.0
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root)
+
+    def save(self) -> None:
+        data = {
+            "bin_dir": str(self.bin_dir),
+            "ports": self.ports.to_json(),
+            "processes": [p.to_json() for p in self.processes],
+            "started_at": self.started_at,
+        }
+        tmp = self.layout.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.layout.state_file)
+
+    @classmethod
+    def load(cls, root: Path) -> State | None:
+        path = Layout(root).state_file
+        if not path.is_file():
+            return None
+        data: dict[str, Any] = json.loads(path.read_text())
+        return cls(
+            root=root,
+            bin_dir=Path(data["bin_dir"]),
+            ports=Ports.from_json(data["ports"]),
+            processes=[procs.ProcessRecord.from_json(p) for p in data["processes"]],
+            started_at=float(data["started_at"]),
+        )
+
+    def api(self) -> Api:
+        return Api(components.apiserver_url(self.ports), self.layout.pki)
+
+
+def _owned(root: Path) -> bool:
+    """Only directories we created may be wiped (DISAGG_E2E_STATE is user input)."""
+    return Layout(root).marker.is_file()
+
+
+def healthy(state: State) -> bool:
+    complete = len(state.processes) == len(components.ALL)
+    alive = all(procs.is_alive(p) for p in state.processes)
+    return complete and alive and components.apiserver_ready(state.layout.pki, state.ports)
+
+
+def ensure_binaries(bins: BinDir, say: Say) -> None:
+    if bins.is_complete():
+        return
+    say(f"binaries missing in {bins.path}; running {BUILD_SCRIPT} (cold build takes long)")
+    subprocess.run([str(BUILD_SCRIPT)], check=True)
+    if not bins.is_complete():
+        raise ClusterError(f"{BUILD_SCRIPT} finished but {bins.path} is incomplete")
+
+
+def _prepare(root: Path, bins: BinDir, say: Say) -> State:
+    if root.exists():
+        if not _owned(root) and any(root.iterdir()):
+            raise ClusterError(f"{root} exists, is not empty and was not created by localcluster")
+        _stop(root, bins.path, say)
+    layout = Layout(root)
+    root.mkdir(parents=True, exist_ok=True)
+    layout.marker.touch()
+    generated = pki.generate(layout.pki.dir)
+    ports = Ports.pick()
+    server = components.apiserver_url(ports)
+    kubeconfig.write(layout.kubeconfig, server, generated, "admin")
+    for client in ("controller-manager", "scheduler", "kwok"):
+        kubeconfig.write(layout.component_kubeconfig(client), server, generated, client)
+    return State(root, bins.path, ports, started_at=time.time())
+
+
+def _wait(comp: Component, record: procs.ProcessRecord, log: Path) -> None:
+    deadline = time.monotonic() + comp.timeout_seconds
+    while not comp.ready():
+        if not procs.is_alive(record):
+            raise ClusterError(f"{comp.name} exited during start-up; log tail:\n{procs.log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"{comp.name} not ready after {comp.timeout_seconds:.0f}s; log tail:\n{procs.log_tail(log)}"
+            )
+        time.sleep(0.2)
+
+
+def _start_all(state: State, bins: BinDir, say: Say) -> None:
+    layout = state.layout
+    for comp in components.all_components(bins, layout, state.ports):
+        t0 = time.monotonic()
+        record = procs.start(comp.name, comp.argv, layout.log(comp.name))
+        state.processes.append(record)
+        state.save()  # after every start, so `down` can clean up a failed `up`
+        _wait(comp, record, layout.log(comp.name))
+        say(f"{comp.name} ready (pid {record.pid}, {time.monotonic() - t0:.1f}s)")
+
+
+def _wait_default_service_account(api: Api) -> None:
+    # Created by the controller-manager; pods cannot be created before it exists.
+    deadline = time.monotonic() + SA_TIMEOUT_SECONDS
+    while True:
+        try:
+            api.get("/api/v1/namespaces/default/serviceaccounts/default")
+            return
+        except ApiError as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def _register_nodes(state: State, say: Say) -> None:
+    api = state.api()
+    manifests = nodes.load()
+    created = nodes.register(api, manifests)
+    names = {m["metadata"]["name"] for m in manifests}
+    nodes.wait_ready(api, names, NODES_TIMEOUT_SECONDS)
+    say(f"{len(names)} fake nodes Ready ({created} registered now)")
+    _wait_default_service_account(api)
+    say("default/default ServiceAccount exists")
+
+
+def up(root: Path, bins: BinDir, say: Say) -> State:
+    """Start the cluster unless a healthy one is already running in `root`."""
+    root = root.resolve()
+    existing = State.load(root)
+    if existing is not None and healthy(existing):
+        say(f"already running (apiserver {components.apiserver_url(existing.ports)})")
+        return existing
+    ensure_binaries(bins, say)
+    t0 = time.monotonic()
+    state = _prepare(root, bins, say)
+    try:
+        _start_all(state, bins, say)
+        _register_nodes(state, say)
+    except BaseException:
+        say(f"start-up failed; stopping what was started (logs kept in {state.layout.root / 'logs'})")
+        procs.terminate(state.processes)
+        raise
+    say(f"cluster up in {time.monotonic() - t0:.1f}s; kubeconfig: {state.layout.kubeconfig}")
+    return state
+
+
+def _stop(root: Path, bin_dir: Path, say: Say) -> None:
+    """Terminate recorded processes plus any stray ones of ours; wipe `root`."""
+    state = State.load(root)
+    records = state.processes if state else []
+    if state is not None:
+        bin_dir = state.bin_dir
+    known = {(r.pid, r.start_ticks) for r in records}
+    extra = [s for s in procs.strays(bin_dir, root) if (s.pid, s.start_ticks) not in known]
+    if extra:
+        say(f"also stopping {len(extra)} unrecorded process(es): {[(s.name, s.pid) for s in extra]}")
+    survivors = procs.terminate([*records, *extra])
+    left = survivors + procs.strays(bin_dir, root)
+    if left:
+        raise ClusterError(f"processes survived SIGKILL: {[(p.name, p.pid) for p in left]}")
+    if root.exists() and _owned(root):
+        shutil.rmtree(root)
+
+
+def down(root: Path, bins: BinDir, say: Say) -> None:
+    root = root.resolve()
+    if not root.exists():
+        say("not running (no state directory)")
+        return
+    if not _owned(root):
+        raise ClusterError(f"{root} was not created by localcluster; refusing to touch it")
+    _stop(root, bins.path, say)
+    say(f"stopped; removed {root}")
+
+
+@dataclass(frozen=True)
+class Report:
+    running: bool
+    lines: list[str]
+
+
+def status(root: Path) -> Report:
+    root = root.resolve()
+    state = State.load(root)
+    if state is None:
+        return Report(False, [f"not running (no state in {root})"])
+    lines = [f"state: {root}", f"apiserver: {components.apiserver_url(state.ports)}"]
+    for p in state.processes:
+        lines.append(f"  {p.name:<24} pid {p.pid:<8} {'running' if procs.is_alive(p) else 'DEAD'}")
+    ok = healthy(state)
+    if ok:
+        items = state.api().get("/api/v1/nodes")["items"]
+        ready = sum(nodes.is_ready(n) for n in items)
+        lines.append(f"nodes: {ready}/{len(items)} Ready")
+        lines.append(f"up for {time.time() - state.started_at:.0f}s")
+    lines.append("healthy" if ok else "UNHEALTHY (run `down` then `up`)")
+    return Report(ok, lines)
+
+
+def env_lines(root: Path, bins: BinDir) -> list[str]:
+    kubeconfig_path = Layout(root.resolve()).kubeconfig
+    return [f"export KUBECONFIG={kubeconfig_path}", f'export PATH="{bins.path}:$PATH"']
