@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run the e2e suite against a kind cluster. Needs a container engine (Docker
+# or Podman), kind, kubectl and the Python test dependencies.
+#
+#   e2e/kind/run.sh [pytest args...]
+# Env: KIND_CLUSTER_NAME (default disagg-e2e), KIND_NODE_IMAGE (kindest/node
+#      tag; default: kind's own), KEEP_CLUSTER=1 to keep the cluster afterwards.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+NAME=${KIND_CLUSTER_NAME:-disagg-e2e}
+KUBECONFIG_FILE=${TMPDIR:-/tmp}/disagg-kind-$NAME.kubeconfig
+export KUBECONFIG=$KUBECONFIG_FILE
+
+created=0
+if ! kind get clusters 2>/dev/null | grep -qx "$NAME"; then
+	kind create cluster --name "$NAME" --config "$HERE/kind-config.yaml" \
+		${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 180s
+	created=1
+fi
+kind get kubeconfig --name "$NAME" >"$KUBECONFIG_FILE"
+if [[ $created == 1 && -z "${KEEP_CLUSTER:-}" ]]; then
+	trap 'kind delete cluster --name "$NAME"; rm -f "$KUBECONFIG_FILE"' EXIT
+fi
+kubectl wait node --all --for=condition=Ready --timeout=180s
+
+# Fake GPUs: extended resources are advertised by patching node *status*
+# capacity (the kubelet keeps unknown extended resources and copies them into
+# allocatable). Taints match e2e/controlplane/nodes.yaml.
+fake_gpus() { # fake_gpus NODE RESOURCE
+	local node=$1 res=$2
+	kubectl taint node "$node" --overwrite "$res=present:NoSchedule"
+	kubectl patch node "$node" --subresource=status --type=json -p "[
+		{\"op\": \"add\", \"path\": \"/status/capacity/${res/\//~1}\", \"value\": \"8\"},
+		{\"op\": \"add\", \"path\": \"/status/capacity/rdma~1ib\", \"value\": \"8\"}]"
+	kubectl wait node "$node" --timeout=60s \
+		--for=jsonpath="{.status.allocatable.${res//./\\.}}"=8
+}
+fake_gpus "$NAME-worker" nvidia.com/gpu
+fake_gpus "$NAME-worker2" amd.com/gpu
+
+# ---- operator image -------------------------------------------------------
+# TODO(Dockerfile owner): build the operator image and load it here, e.g.
+#   docker build -t disagg-operator:e2e "$REPO" && kind load docker-image disagg-operator:e2e --name "$NAME"
+# ---------------------------------------------------------------------------
+
+cd "$REPO"
+DISAGG_E2E_KUBECONFIG=$KUBECONFIG_FILE python -m pytest e2e "$@"
