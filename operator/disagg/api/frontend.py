@@ -41,14 +41,16 @@ class RouterSpec(ApiModel):
         description="Router replicas. Routers keep per-session state in memory, so stateful policies work best "
         "with one replica or sticky clients.",
     )
-    policy: RouterPolicy = Field(
-        default="cache_aware", description="Default routing policy for both pools (vllm-router --policy)."
+    policy: RouterPolicy | None = Field(
+        default=None,
+        description="Routing policy for both pools unless a per-pool policy is set. When unset, prefill uses "
+        "cache_aware (prefix reuse) and decode uses power_of_two (load).",
     )
     prefill_policy: RouterPolicy | None = Field(
-        default=None, description="Policy for choosing a prefill engine. Default: policy."
+        default=None, description="Policy for choosing a prefill engine (vllm-router --prefill-policy)."
     )
     decode_policy: RouterPolicy | None = Field(
-        default=None, description="Policy for choosing a decode engine. Default: power_of_two."
+        default=None, description="Policy for choosing a decode engine (vllm-router --decode-policy)."
     )
     port: Port = Field(default=8000, description="Port the router serves the OpenAI API on.")
     metrics_port: Port = Field(default=29000, description="Port of the router's Prometheus metrics.")

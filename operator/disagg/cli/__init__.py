@@ -7,6 +7,8 @@ import click
 from disagg import __version__
 
 from .crd import crd
+from .plan import plan_command
+from .render import render
 from .validate import validate
 
 
@@ -18,6 +20,8 @@ def cli() -> None:
 
 cli.add_command(crd)
 cli.add_command(validate)
+cli.add_command(render)
+cli.add_command(plan_command)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ def test_minimal_example_gets_the_documented_defaults() -> None:
     spec = result.deployment.spec
     assert spec.transfer.connector == "nixl"
     assert spec.transfer.load_failure_policy == "fail"
-    assert spec.frontend.router.policy == "cache_aware"
+    assert spec.frontend.router.policy is None  # prefill cache_aware, decode power_of_two
     assert spec.frontend.service.port == 8000
     assert spec.kv_cache.cpu is None and spec.kv_cache.store is None
     assert not spec.prefill.autoscaling.enabled and not spec.decode.autoscaling.enabled

@@ -1,0 +1,40 @@
+"""`disagg plan`: explain what the operator decided, in the terms of vLLM and the router."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import click
+
+from disagg.plan import build_plan
+
+from ._inputs import FILES_OPTION, load_valid
+
+
+@click.command(name="plan")
+@FILES_OPTION
+def plan_command(files: tuple[Path, ...]) -> None:
+    """Show the engine, router and render commands, connector settings and workloads for DisaggDeployments."""
+    for deployment in load_valid(files):
+        plan = build_plan(deployment, deployment.metadata.namespace or "default")
+        click.echo(f"DisaggDeployment {plan.name}  (model family: {plan.family}, endpoint: {plan.endpoint})")
+        for workload in plan.workloads:
+            group = f" x {workload.group_size} pods per replica" if workload.kind == "LeaderWorkerSet" else ""
+            owner = " (replicas owned by the autoscaler)" if workload.replicas_owned_elsewhere else ""
+            click.echo(f"  {workload.kind} {workload.name}: {workload.replicas} replicas{group}{owner}")
+        for engine in plan.engines:
+            click.echo(f"\n  {engine.role}: vllm serve {shlex.join(engine.argv)}")
+            if engine.worker_argv is not None:
+                click.echo(f"  {engine.role} worker 1: vllm serve {shlex.join(engine.worker_argv)}")
+            if engine.kv_transfer_config is not None:
+                pretty = json.dumps(engine.kv_transfer_config, indent=2).replace("\n", "\n    ")
+                click.echo(f"  {engine.role} --kv-transfer-config:\n    {pretty}")
+            env = " ".join(f"{key}={value}" for key, value in engine.env.items())
+            click.echo(f"  {engine.role} environment: {env}")
+        if plan.router_argv is not None:
+            click.echo(f"\n  router: vllm-router {shlex.join(plan.router_argv)}")
+        if plan.render_argv is not None:
+            click.echo(f"  render: vllm launch render {shlex.join(plan.render_argv)}")
+        click.echo("")

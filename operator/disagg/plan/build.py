@@ -1,0 +1,61 @@
+"""spec -> plan: the one entry point of the plan stage."""
+
+from __future__ import annotations
+
+from disagg.api.deployment import DisaggDeployment
+from disagg.api.resolve import resolve_family
+
+from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
+from .names import common_labels, kv_config_name
+from .pool import plan_pool
+from .render_tier import plan_render_tier
+from .router import plan_router, user_facing_service
+from .stores import plan_store
+
+
+def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
+    """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
+    spec = deployment.spec
+    name = deployment.metadata.name
+    namespace = namespace or deployment.metadata.namespace
+    family = resolve_family(spec.model)
+    pools = [plan_pool(spec, name, role, family) for role in ("prefill", "decode")]
+    router = plan_router(spec, name)
+    render = plan_render_tier(spec, name)
+    store = plan_store(spec, name)
+
+    workloads: list[WorkloadPlan] = []
+    services: list[ServicePlan] = []
+    if store is not None:
+        workloads.append(store.workload)
+        services.append(store.service)
+    for pool in pools:
+        workloads.append(pool.workload)
+        services.append(pool.service)
+    if router is not None:
+        workloads.append(router.workload)
+        services.append(router.service)
+    if render is not None:
+        workloads.append(render.workload)
+        services.append(render.service)
+    services.append(user_facing_service(spec, name, has_router=router is not None))
+
+    files: dict[str, str] = {}
+    for pool in pools:
+        if pool.connectors is not None:
+            files.update(pool.connectors.config_files)
+    config_maps = [ConfigMapPlan(kv_config_name(name), common_labels(name, "kv-store"), dict(sorted(files.items())))]
+    endpoint_host = f"{name}.{namespace}.svc" if namespace else name
+    return DeploymentPlan(
+        name=name,
+        namespace=namespace,
+        family=family,
+        endpoint=f"http://{endpoint_host}:{spec.frontend.service.port}",
+        workloads=workloads,
+        services=services,
+        config_maps=config_maps if files else [],
+        rbac=router.rbac if router is not None else None,
+        engines=[pool.command for pool in pools if pool.command is not None],
+        router_argv=router.argv if router is not None else None,
+        render_argv=render.argv if render is not None else None,
+    )

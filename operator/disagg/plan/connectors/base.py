@@ -1,0 +1,67 @@
+"""What every connector module returns for one pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.pool import PoolName, PoolSpec
+
+KV_CONFIG_DIR = "/etc/disagg/kv"
+"""Where the KV ConfigMap (Mooncake JSON, LMCache YAML) is mounted in engine containers."""
+
+ROLE_OF_POOL: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+"""NIXL deprecates kv_both; every P/D connector gets producer on prefill and consumer on decode."""
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """Facts about the pool being wired that connectors need."""
+
+    deployment: str
+    role: PoolName
+    spec: DisaggDeploymentSpec
+    pool: PoolSpec
+    ranks_per_pod: int
+    """Data-parallel ranks (engine cores) running in one pod."""
+
+
+@dataclass(frozen=True)
+class ConnectorEntry:
+    """One connector's section of --kv-transfer-config."""
+
+    kv_connector: str
+    kv_role: str
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    module_path: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"kv_connector": self.kv_connector, "kv_role": self.kv_role}
+        if self.module_path:
+            entry["kv_connector_module_path"] = self.module_path
+        if self.extra_config:
+            entry["kv_connector_extra_config"] = self.extra_config
+        return entry
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """A connector's contribution to one pool: its config entry and the pod plumbing it relies on."""
+
+    entry: ConnectorEntry
+    env: list[dict[str, Any]] = field(default_factory=list)
+    ports: list[dict[str, Any]] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+    config_files: dict[str, str] = field(default_factory=dict)
+    """File name -> content, shipped in the KV ConfigMap and mounted under KV_CONFIG_DIR."""
+    host_memory_per_engine: int = 0
+    """Bytes of host memory each engine (data-parallel rank) pins for this connector."""
+
+
+def literal_env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}

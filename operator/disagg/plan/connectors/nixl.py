@@ -1,0 +1,53 @@
+"""NixlConnector (pull), NixlPushConnector (push) and bidirectional NIXL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disagg.api.transfer import NixlSettings
+
+from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
+
+CONNECTOR_NAMES = {"nixl": "NixlConnector", "nixl-push": "NixlPushConnector"}
+
+
+def nixl_wiring(context: PoolContext) -> Wiring:
+    transfer = context.spec.transfer
+    settings = transfer.nixl or NixlSettings()
+    extra: dict[str, Any] = {"backends": list(settings.backends)}
+    if settings.num_threads is not None:
+        extra["num_threads"] = settings.num_threads
+    if settings.lease_seconds is not None:
+        extra["kv_lease_duration"] = settings.lease_seconds
+    if settings.enforce_handshake_compat is not None:
+        extra["enforce_handshake_compat"] = settings.enforce_handshake_compat
+    if transfer.connector == "nixl-push" and settings.push_registration_timeout_seconds is not None:
+        extra["push_registration_timeout"] = settings.push_registration_timeout_seconds
+    bidirectional = settings.bidirectional
+    if bidirectional.enabled:
+        # Both pools read these keys (scheduler and worker), so they are rendered identically on each side.
+        extra["bidirectional_kv_xfer"] = True
+        if bidirectional.blocks_ttl_seconds is not None:
+            extra["decoder_kv_blocks_ttl"] = bidirectional.blocks_ttl_seconds
+        if bidirectional.recompute_threshold is not None:
+            extra["kv_recompute_threshold"] = bidirectional.recompute_threshold
+    return Wiring(
+        entry=ConnectorEntry(CONNECTOR_NAMES[transfer.connector], ROLE_OF_POOL[context.role], extra),
+        # The handshake listener binds this host and advertises it to peers, so it must be the pod's own IP
+        # (the default "localhost" is unreachable from other pods, and 0.0.0.0 makes decode dial itself).
+        env=[
+            {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            literal_env("VLLM_NIXL_SIDE_CHANNEL_PORT", str(settings.side_channel_port)),
+        ],
+        ports=side_channel_ports(settings.side_channel_port, context),
+    )
+
+
+def side_channel_ports(base: int, context: PoolContext) -> list[dict[str, Any]]:
+    """One container port per data-parallel rank: rank r listens on base + r (r is the global rank).
+
+    A pod hosting ranks [start, start + local) binds only those ports; pods of multi-node replicas share one
+    template, so they declare the whole range of the replica.
+    """
+    ranks = context.pool.data_parallel if context.pool.nodes_per_replica > 1 else context.ranks_per_pod
+    return [{"name": f"nixl-{rank}", "containerPort": base + rank, "protocol": "TCP"} for rank in range(ranks)]

@@ -1,0 +1,115 @@
+"""The plan: every value the rendered objects need, decided, typed and ordered. Templates only place them.
+
+Fragments that are already Kubernetes-shaped (env entries, ports, volumes, probes, resources) are kept as plain
+JSON-like values so templates can emit them verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from disagg.api.pool import PoolName
+from disagg.api.resolve import ResolvedFamily
+
+Json = Any
+WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    name: str
+    image: str
+    image_pull_policy: str
+    command: list[str]
+    args: list[str]
+    env: list[Json] = field(default_factory=list)
+    ports: list[Json] = field(default_factory=list)
+    resources: Json = field(default_factory=dict)
+    volume_mounts: list[Json] = field(default_factory=list)
+    probes: dict[str, Json] = field(default_factory=dict)
+    security_context: Json | None = None
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    containers: list[ContainerPlan]
+    volumes: list[Json] = field(default_factory=list)
+    spec_extra: dict[str, Json] = field(default_factory=dict)
+    """Optional pod-spec fields that are present only when set (scheduling, host network, service account...)."""
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    kind: WorkloadKind
+    name: str
+    role: str
+    labels: dict[str, str]
+    selector: dict[str, str]
+    replicas: int
+    pod: PodPlan
+    strategy: Json
+    group_size: int = 1
+    worker_pod: PodPlan | None = None
+    replicas_owned_elsewhere: bool = False
+    """True when an autoscaler (ours or an external HPA/KEDA) owns the replica count; the reconciler then leaves
+    the field to that owner after creation."""
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    name: str
+    labels: dict[str, str]
+    selector: dict[str, str]
+    ports: list[Json]
+    annotations: dict[str, str] = field(default_factory=dict)
+    type: str = "ClusterIP"
+
+
+@dataclass(frozen=True)
+class ConfigMapPlan:
+    name: str
+    labels: dict[str, str]
+    data: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RbacPlan:
+    """What the router needs to discover engine pods: read access to pods in its own namespace only."""
+
+    name: str
+    labels: dict[str, str]
+    rules: list[Json]
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """A pool's vLLM invocation, as the engines will run it (for review and for contract tests)."""
+
+    role: PoolName
+    argv: list[str]
+    """Everything after `vllm serve` on the API pod (the leader, for multi-node replicas)."""
+    worker_argv: list[str] | None
+    """Everything after `vllm serve` on worker pods of multi-node replicas (leader address left as $(...))."""
+    kv_transfer_config: Json | None
+    env: dict[str, str]
+    """Literal environment variables (values taken from the downward API are shown as $(NAME) placeholders)."""
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    name: str
+    namespace: str | None
+    family: ResolvedFamily
+    endpoint: str
+    workloads: list[WorkloadPlan]
+    services: list[ServicePlan]
+    config_maps: list[ConfigMapPlan]
+    rbac: RbacPlan | None
+    engines: list[EngineCommand]
+    router_argv: list[str] | None
+    """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
+    render_argv: list[str] | None
+    """Arguments after `vllm launch render`, or None without a render tier."""

@@ -1,0 +1,198 @@
+"""Pod-level pieces shared by every engine pod: environment, volumes, resources, probes, scheduling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.engine import EngineSettings
+from disagg.api.kvcache import DiskTier
+from disagg.api.model import ModelStorage
+from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.pool import PoolSpec, Scheduling
+from disagg.api.resolve import ResolvedFamily
+from disagg.api.types import EnvVar, Toleration
+from disagg.api.units import format_binary_quantity, parse_quantity
+
+from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
+from .names import kv_config_name, pool_service_name
+
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
+PROBE_PERIOD_SECONDS = 10
+GRACE_MARGIN_SECONDS = 30
+"""Time beyond vLLM's own shutdown timeout for the process to exit after draining."""
+
+
+def base_engine_env(spec: DisaggDeploymentSpec, deployment: str, family: ResolvedFamily) -> list[dict[str, Any]]:
+    """Variables every engine container gets, before connector and user variables."""
+    env = [
+        field_env("POD_IP", "status.podIP"),
+        # vLLM binds and advertises this address for its distributed and KV side channels.
+        field_env("VLLM_HOST_IP", "status.podIP"),
+        literal_env("PYTHONHASHSEED", str(spec.engine.python_hash_seed)),
+        *model_env(spec),
+        literal_env("DISAGG_PREFILL_HOST", pool_service_name(deployment, "prefill")),
+        literal_env("DISAGG_DECODE_HOST", pool_service_name(deployment, "decode")),
+    ]
+    if family == "hybrid-ssm":
+        env.append(literal_env("VLLM_SSM_CONV_STATE_LAYOUT", "DS"))
+    network = spec.transfer.network
+    for name, value in (
+        ("UCX_TLS", network.ucx_tls),
+        ("UCX_NET_DEVICES", network.ucx_net_devices),
+        ("FI_PROVIDER", network.fi_provider),
+    ):
+        if value is not None:
+            env.append(literal_env(name, value))
+    return env
+
+
+def model_env(spec: DisaggDeploymentSpec) -> list[dict[str, Any]]:
+    storage = spec.model.storage
+    env = [literal_env("HF_HOME", storage.mount_path)]
+    if storage.offline:
+        env.append(literal_env("HF_HUB_OFFLINE", "1"))
+    token = storage.hugging_face.token_secret_ref if storage.hugging_face else None
+    if token is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
+    return env
+
+
+def user_env(env: list[EnvVar]) -> list[dict[str, Any]]:
+    return [var.model_dump(by_alias=True, exclude_none=True) for var in env]
+
+
+def model_volume(storage: ModelStorage) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model volume and its mount: read-only for shared weights, a writable cache for downloads."""
+    if storage.persistent_volume_claim is not None:
+        volume = {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": storage.persistent_volume_claim.claim_name, "readOnly": True},
+        }
+        mount = {"name": "model", "mountPath": storage.mount_path, "readOnly": True}
+        if storage.persistent_volume_claim.sub_path:
+            mount["subPath"] = storage.persistent_volume_claim.sub_path
+        return volume, mount
+    if storage.host_path is not None:
+        volume = {"name": "model", "hostPath": {"path": storage.host_path.path, "type": "Directory"}}
+        return volume, {"name": "model", "mountPath": storage.mount_path, "readOnly": True}
+    cache: dict[str, Any] = {}
+    if storage.hugging_face is not None and storage.hugging_face.cache_size is not None:
+        cache["sizeLimit"] = str(storage.hugging_face.cache_size)
+    return {"name": "model", "emptyDir": cache}, {"name": "model", "mountPath": storage.mount_path}
+
+
+def engine_volumes(
+    spec: DisaggDeploymentSpec, deployment: str, pool: PoolSpec, role: str, has_kv_files: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts of an engine container."""
+    model, model_mount = model_volume(spec.model.storage)
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(pool.resources.shm_size)}},
+        model,
+    ]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, model_mount]
+    if has_kv_files:
+        volumes.append({"name": "kv-config", "configMap": {"name": kv_config_name(deployment)}})
+        mounts.append({"name": "kv-config", "mountPath": KV_CONFIG_DIR, "readOnly": True})
+    disk = spec.kv_cache.disk
+    if disk is not None and role in disk.pools:
+        volumes.append(disk_volume(disk))
+        mounts.append({"name": "kv-disk", "mountPath": disk.mount_path})
+    hugepages = spec.transfer.network.hugepages
+    if hugepages is not None:
+        volumes.append({"name": "hugepages", "emptyDir": {"medium": f"HugePages-{hugepages.page_size}"}})
+        mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages"})
+    return volumes, mounts
+
+
+def disk_volume(disk: DiskTier) -> dict[str, Any]:
+    source = disk.volume
+    if source.persistent_volume_claim is not None:
+        return {"name": "kv-disk", "persistentVolumeClaim": {"claimName": source.persistent_volume_claim.claim_name}}
+    if source.host_path is not None:
+        return {"name": "kv-disk", "hostPath": {"path": source.host_path.path, "type": "DirectoryOrCreate"}}
+    limit = source.empty_dir.size_limit if source.empty_dir else None
+    return {"name": "kv-disk", "emptyDir": {"sizeLimit": str(limit)} if limit is not None else {}}
+
+
+def engine_resources(
+    spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinned_host_bytes: int
+) -> dict[str, dict[str, str]]:
+    """Requests and limits of one engine pod. Host memory pinned by KV tiers is added on top of the user's memory;
+    without a user value it becomes the request, so the scheduler still reserves room for it."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    resources = pool.resources
+    if resources.cpu is not None:
+        requests["cpu"] = str(resources.cpu)
+    if resources.memory is not None:
+        total = parse_quantity(resources.memory) + pinned_host_bytes
+        requests["memory"] = limits["memory"] = format_binary_quantity(total)
+    elif pinned_host_bytes:
+        requests["memory"] = format_binary_quantity(pinned_host_bytes)
+    if gpus:
+        requests[resources.gpu_resource_name] = limits[resources.gpu_resource_name] = str(gpus)
+    network = spec.transfer.network
+    if network.rdma is not None:
+        requests[network.rdma.resource_name] = limits[network.rdma.resource_name] = str(network.rdma.count)
+    if network.hugepages is not None:
+        name = f"hugepages-{network.hugepages.page_size}"
+        requests[name] = limits[name] = str(network.hugepages.size)
+    for name, amount in resources.extra.items():
+        requests[name] = limits[name] = str(amount)
+    return {"requests": requests, "limits": limits}
+
+
+def http_probes(engine: EngineSettings, path: str = "/health", port: str | int = "http") -> dict[str, Any]:
+    """Probes for processes that load for minutes: a long startup probe, then liveness and readiness."""
+    startup = engine.startup_timeout_seconds or DEFAULT_STARTUP_TIMEOUT_SECONDS
+    get = {"path": path, "port": port}
+    return {
+        "startupProbe": {
+            "httpGet": get,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "failureThreshold": max(1, startup // PROBE_PERIOD_SECONDS),
+            "timeoutSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": get,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "failureThreshold": 3,
+            "timeoutSeconds": 5,
+        },
+        "readinessProbe": {"httpGet": get, "periodSeconds": 5, "failureThreshold": 2, "timeoutSeconds": 5},
+    }
+
+
+def http_port() -> dict[str, Any]:
+    return {"name": "http", "containerPort": ENGINE_HTTP_PORT, "protocol": "TCP"}
+
+
+def grace_period(pool: PoolSpec, engine: EngineSettings) -> int:
+    if pool.termination_grace_period_seconds is not None:
+        return pool.termination_grace_period_seconds
+    return (engine.shutdown_timeout_seconds or 0) + GRACE_MARGIN_SECONDS
+
+
+def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if scheduling.node_selector:
+        fields["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        fields["tolerations"] = tolerations(scheduling.tolerations)
+    if scheduling.affinity is not None:
+        fields["affinity"] = scheduling.affinity
+    if scheduling.topology_spread_constraints:
+        fields["topologySpreadConstraints"] = list(scheduling.topology_spread_constraints)
+    if scheduling.priority_class_name:
+        fields["priorityClassName"] = scheduling.priority_class_name
+    if scheduling.scheduler_name:
+        fields["schedulerName"] = scheduling.scheduler_name
+    if scheduling.runtime_class_name:
+        fields["runtimeClassName"] = scheduling.runtime_class_name
+    return fields
+
+
+def tolerations(items: list[Toleration]) -> list[dict[str, Any]]:
+    return [item.model_dump(by_alias=True, exclude_none=True) for item in items]

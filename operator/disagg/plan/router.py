@@ -1,0 +1,199 @@
+"""vllm-router in P/D mode (or a custom router container), its RBAC, and the user-facing Service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.pool import PoolName
+from disagg.api.resolve import is_multi_node, pool_of
+
+from .connectors.base import field_env, literal_env
+from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
+from .names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
+from .pod import tolerations, user_env
+
+DEFAULT_PREFILL_POLICY = "cache_aware"
+DEFAULT_DECODE_POLICY = "power_of_two"
+ROUTER_PROTOCOL = {"nixl": "nixl", "nixl-push": "nixl", "mooncake": "mooncake", "moriio": "moriio", "lmcache": "nixl"}
+"""The P/D protocol vllm-router speaks per connector. LMCache moves KV through its server, so the router only has to
+run prefill before decode, which its NIXL mode does."""
+
+
+@dataclass(frozen=True)
+class RouterPlan:
+    workload: WorkloadPlan
+    service: ServicePlan
+    rbac: RbacPlan | None
+    argv: list[str] | None
+
+
+def discovery_selector(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) -> dict[str, str]:
+    """Labels that match exactly the API pods of one pool: workers of multi-node replicas serve no HTTP."""
+    selector = selector_labels(deployment, role)
+    if is_multi_node(pool_of(spec, role)) and pool_of(spec, role).custom_container is None:
+        selector[LWS_WORKER_INDEX_LABEL] = "0"
+    return selector
+
+
+def router_protocol(spec: DisaggDeploymentSpec) -> str | None:
+    if spec.transfer.connector == "custom":
+        return spec.transfer.custom.router_protocol if spec.transfer.custom else None
+    return ROUTER_PROTOCOL[spec.transfer.connector]
+
+
+def router_argv(spec: DisaggDeploymentSpec, deployment: str) -> list[str]:
+    router = spec.frontend.router
+    protocol = router_protocol(spec)
+    argv = ["--vllm-pd-disaggregation"]
+    if protocol == "moriio":
+        # MoRI-IO engines register themselves with the router over ZMQ instead of being discovered.
+        moriio_port = spec.transfer.moriio.proxy_ping_port if spec.transfer.moriio else 36367
+        argv += ["--vllm-discovery-address", f"0.0.0.0:{moriio_port}"]
+    else:
+        argv += ["--service-discovery"]
+        for role in ("prefill", "decode"):
+            selector = discovery_selector(spec, deployment, role)
+            argv += [f"--{role}-selector", *(f"{key}={value}" for key, value in selector.items())]
+        argv += ["--service-discovery-namespace", "$(POD_NAMESPACE)", "--service-discovery-port", str(ENGINE_HTTP_PORT)]
+    argv += ["--kv-connector", protocol or "nixl"]
+    argv += ["--prefill-policy", router.prefill_policy or router.policy or DEFAULT_PREFILL_POLICY]
+    argv += ["--decode-policy", router.decode_policy or router.policy or DEFAULT_DECODE_POLICY]
+    argv += ["--host", "0.0.0.0", "--port", str(router.port)]
+    argv += ["--prometheus-host", "0.0.0.0", "--prometheus-port", str(router.metrics_port)]
+    argv += list(router.extra_args)
+    return argv
+
+
+def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | None:
+    router = spec.frontend.router
+    custom = router.custom_container
+    if custom is None and router_protocol(spec) is None:
+        return None
+    name = child_name(deployment, "router")
+    labels = common_labels(deployment, "router", app_name="custom-router" if custom else None)
+    env = [
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        literal_env("DISAGG_PREFILL_HOST", pool_service_name(deployment, "prefill")),
+        literal_env("DISAGG_DECODE_HOST", pool_service_name(deployment, "decode")),
+    ]
+    port = custom.port if custom else router.port
+    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    argv: list[str] | None = None
+    if custom is not None:
+        container = ContainerPlan(
+            name="router",
+            image=custom.image,
+            image_pull_policy="IfNotPresent",
+            command=list(custom.command),
+            args=list(custom.args),
+            env=[*env, *user_env(custom.env), *user_env(router.env)],
+            ports=ports
+            + [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in sorted(custom.extra_ports.items())],
+            resources=_resources(spec),
+            probes=_router_probes(custom.health_path, custom.health_path),
+        )
+    else:
+        argv = router_argv(spec, deployment)
+        ports.append({"name": "metrics", "containerPort": router.metrics_port, "protocol": "TCP"})
+        if router_protocol(spec) == "moriio":
+            moriio_port = spec.transfer.moriio.proxy_ping_port if spec.transfer.moriio else 36367
+            ports.append({"name": "registration", "containerPort": moriio_port, "protocol": "TCP"})
+        container = ContainerPlan(
+            name="router",
+            image=router.image,
+            image_pull_policy="IfNotPresent",
+            command=["vllm-router"],
+            args=argv,
+            env=[*env, *user_env(router.env)],
+            ports=ports,
+            resources=_resources(spec),
+            probes=_router_probes("/liveness", "/readiness"),
+            volume_mounts=[{"name": "tmp", "mountPath": "/tmp"}],
+            security_context={
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+            },
+        )
+    extra: dict[str, Any] = {"serviceAccountName": name}
+    if router.placement.node_selector:
+        extra["nodeSelector"] = dict(router.placement.node_selector)
+    if router.placement.tolerations:
+        extra["tolerations"] = tolerations(router.placement.tolerations)
+    volumes: list[dict[str, Any]] = []
+    if custom is None:
+        extra["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        volumes.append({"name": "tmp", "emptyDir": {}})
+    pod = PodPlan(labels=labels, annotations={}, containers=[container], volumes=volumes, spec_extra=extra)
+    workload = WorkloadPlan(
+        "Deployment",
+        name,
+        "router",
+        labels,
+        selector_labels(deployment, "router"),
+        router.replicas,
+        pod,
+        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+    )
+    service_ports = [
+        {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
+        for p in container.ports
+    ]
+    service = ServicePlan(name, labels, selector_labels(deployment, "router"), service_ports)
+    rbac = (
+        None
+        if custom
+        else RbacPlan(name, labels, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+    )
+    return RouterPlan(workload, service, rbac, argv)
+
+
+def _named_ports(ports: dict[str, int]) -> list[dict[str, Any]]:
+    return [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in sorted(ports.items())]
+
+
+def _resources(spec: DisaggDeploymentSpec) -> dict[str, dict[str, str]]:
+    given = spec.frontend.router.resources
+    requests = {name: str(value) for name, value in given.requests.items()} or {"cpu": "500m", "memory": "512Mi"}
+    limits = {name: str(value) for name, value in given.limits.items()} or {"memory": "1Gi"}
+    return {"requests": requests, "limits": limits}
+
+
+def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:
+    return {
+        "livenessProbe": {
+            "httpGet": {"path": liveness, "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+            "timeoutSeconds": 5,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": readiness, "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+            "timeoutSeconds": 5,
+        },
+    }
+
+
+def user_facing_service(spec: DisaggDeploymentSpec, deployment: str, has_router: bool) -> ServicePlan:
+    """The Service `<name>`: the router when there is one, else the decode pool's API pods directly."""
+    service = spec.frontend.service
+    if has_router:
+        selector = selector_labels(deployment, "router")
+        labels = common_labels(deployment, "router")
+    else:
+        selector = discovery_selector(spec, deployment, "decode")
+        labels = common_labels(deployment, "decode")
+    return ServicePlan(
+        deployment,
+        {**service.labels, **labels},
+        selector,
+        [{"name": "http", "port": service.port, "targetPort": "http", "protocol": "TCP"}],
+        annotations=dict(service.annotations),
+        type=service.type,
+    )

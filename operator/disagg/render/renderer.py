@@ -1,0 +1,62 @@
+"""plan -> objects. Templates give each kind its shape; the plan gives every value."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import jinja2
+import yaml
+
+from disagg.api.deployment import DisaggDeployment
+from disagg.plan import DeploymentPlan, build_plan
+
+KIND_ORDER = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment", "LeaderWorkerSet")
+"""Apply order: identities and configuration before the pods that use them."""
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("disagg.render", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _render(kind: str, **values: Any) -> dict[str, Any]:
+    text = _environment().get_template(f"{kind}.yaml.j2").render(**values)
+    document = yaml.load(text, Loader=_Loader)
+    assert isinstance(document, dict), f"template {kind} did not produce an object"
+    return document
+
+
+def render_plan(plan: DeploymentPlan, *, include_owned_replicas: bool = True) -> list[dict[str, Any]]:
+    """Every object of the plan, sorted by kind (apply order) and name.
+
+    With include_owned_replicas=False, workloads whose replicas belong to an autoscaler carry no `replicas` field,
+    so a server-side apply never takes that field back from its owner.
+    """
+    namespace = plan.namespace
+    objects: list[dict[str, Any]] = []
+    if plan.rbac is not None:
+        for kind in ("ServiceAccount", "Role", "RoleBinding"):
+            objects.append(_render(kind, r=plan.rbac, namespace=namespace))
+    objects += [_render("ConfigMap", c=config, namespace=namespace) for config in plan.config_maps]
+    objects += [_render("Service", s=service, namespace=namespace) for service in plan.services]
+    for workload in plan.workloads:
+        replicas = None if workload.replicas_owned_elsewhere and not include_owned_replicas else workload.replicas
+        objects.append(_render(workload.kind, w=workload, namespace=namespace, replicas=replicas))
+    return sorted(objects, key=lambda obj: (KIND_ORDER.index(obj["kind"]), obj["metadata"]["name"]))
+
+
+def render_deployment(
+    deployment: DisaggDeployment, namespace: str | None = None, *, include_owned_replicas: bool = True
+) -> list[dict[str, Any]]:
+    """spec -> plan -> objects, the whole pure pipeline."""
+    return render_plan(build_plan(deployment, namespace), include_owned_replicas=include_owned_replicas)
