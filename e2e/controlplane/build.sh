@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl) plus kwok and helm from Go
-# modules, into a versioned cache directory outside the repository.
+# kube-controller-manager, kube-scheduler, kubectl) plus kwok, helm and the
+# LeaderWorkerSet controller from Go modules, into a versioned cache directory outside the repository.
 #
 # Idempotent: each component has a stamp file recording the version it was
 # built from; a component whose stamp matches is skipped, and `.complete` marks
@@ -192,6 +192,26 @@ build_helm() {
 	stamp helm "$HELM_VERSION"
 }
 
+build_lws() {
+	if stamp_ok lws "$LWS_VERSION"; then log "lws $LWS_VERSION: up to date"; return; fi
+	local src="$WORK/lws" v=sigs.k8s.io/lws/pkg/version
+	rm -rf "$src"; mkdir -p "$src"
+	cp "$HERE/lws/go.mod" "$src/"
+	(cd "$src" && "$GO" mod edit -require="sigs.k8s.io/lws@$LWS_VERSION" && run_step lws-modules "$GO" mod tidy)
+	(cd "$src" && run_step lws "$GO" build "${GOBUILD_FLAGS[@]}" \
+		-ldflags "-s -w -X $v.GitVersion=$LWS_VERSION -X $v.GitCommit= -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		-o "$BIN/lws-controller" sigs.k8s.io/lws/cmd)
+	# CRDs and webhook registrations as released in the same module; the
+	# cluster tooling rewrites the webhooks to a loopback URL.
+	local dir out="$BIN/lws"
+	dir=$(mod_field "sigs.k8s.io/lws@$LWS_VERSION" Dir)
+	rm -rf "$out"; mkdir -p "$out/crds"
+	cp "$dir"/config/crd/bases/*.yaml "$out/crds/"
+	cp "$dir"/config/webhook/{manifests,mutating-patch,validating-patch}.yaml "$out/"
+	chmod -R u+w "$out"
+	stamp lws "$LWS_VERSION"
+}
+
 main() {
 	command -v "$GO" >/dev/null || die "Go not found (need >= 1.26)"
 	mkdir -p "$BIN" "$WORK" "$LOGS"
@@ -211,6 +231,7 @@ main() {
 	build_etcd
 	build_kwok
 	build_helm
+	build_lws
 	echo "$want" >"$BIN/.complete"
 	log "done in $(($(date +%s) - t0))s; binaries: $(du -sh "$BIN" | cut -f1); timings: $TIMES"
 }
