@@ -5,7 +5,8 @@ Which cluster:
   as is and never started or stopped here.
 * otherwise the local control plane (e2e/localcluster) is used; it is started
   for the session unless one is already running, and stopped at the end only
-  if this session started it.
+  if this session started it. It includes the LeaderWorkerSet controller
+  unless DISAGG_E2E_LWS=0.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def kube_cluster() -> Iterator[KubeCluster]:
     root = default_state_dir().resolve()
     existing = cluster.State.load(root)
     started_here = existing is None or not cluster.healthy(existing)
-    state = cluster.up(root, bins, _say)
+    # DISAGG_E2E_LWS=0 starts the cluster without the LeaderWorkerSet API.
+    state = cluster.up(root, bins, _say, with_lws=os.environ.get("DISAGG_E2E_LWS", "1") != "0")
     kube = KubeCluster(state.layout.kubeconfig, bins.path, local=True)
     patch.setenv("KUBECONFIG", str(kube.kubeconfig))
     patch.setenv("PATH", f"{bins.path}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -7,7 +7,9 @@ These guard the assumptions the operator's e2e tests build on.
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 import yaml
 
 from e2e.localcluster.config import NODES_FILE, read_versions
-from e2e.localcluster.testing import KubeCluster, wait_for
+from e2e.localcluster.testing import KubeCluster, KubectlError, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -223,3 +225,52 @@ def test_deleting_an_owner_garbage_collects_its_dependents(kube_cluster: KubeClu
     kube_cluster.kubectl("delete", "configmap", "owner", "-n", namespace)
     wait_for("owned ConfigMap to be collected", lambda: not _exists(kube_cluster, "cm/owned", namespace), timeout=10)
     assert _exists(kube_cluster, "cm/bystander", namespace)
+
+
+def _lws_served(kube: KubeCluster) -> bool:
+    out = kube.kubectl("api-resources", "--api-group=leaderworkerset.x-k8s.io", "-o", "name")
+    return "leaderworkersets.leaderworkerset.x-k8s.io" in out.split()
+
+
+def test_leaderworkerset_groups_become_available(kube_cluster: KubeCluster, namespace: str) -> None:
+    if not _lws_served(kube_cluster):
+        if kube_cluster.local and os.environ.get("DISAGG_E2E_LWS", "1") != "0":
+            pytest.fail("the local cluster should serve the LeaderWorkerSet API")
+        pytest.skip("LeaderWorkerSet API not installed in this cluster")
+    lws: dict[str, Any] = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "pd", "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": 2,
+                "workerTemplate": {"spec": _pod("unused", {NVIDIA[0]: str(GPUS_PER_NODE)})["spec"]},
+            },
+        },
+    }
+    kube_cluster.apply(lws)
+
+    def available() -> dict[str, Any] | None:
+        obj: dict[str, Any] = kube_cluster.get("lws", "pd", "-n", namespace)
+        cond = _condition(obj, "Available")
+        return obj if cond and cond["status"] == "True" else None
+
+    obj = wait_for("LeaderWorkerSet Available", available)
+    assert obj["status"]["readyReplicas"] == 2
+    pods = kube_cluster.get("pods", "-n", namespace, "-l", "leaderworkerset.sigs.k8s.io/name=pd")["items"]
+    # 2 groups x (leader + 1 worker), each on its own 8-GPU node.
+    assert len(pods) == 4
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    worker = next(p for p in pods if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "1")
+    # Written by LWS' pod webhook, which the apiserver reaches on loopback.
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0].get("env", [])}
+    assert env["LWS_GROUP_SIZE"] == "2"
+    assert env["LWS_LEADER_ADDRESS"].startswith("pd-")
+
+    # Its validating webhook is live too: an inconsistent spec is refused.
+    bad = copy.deepcopy(lws)
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["leaderWorkerTemplate"]["subGroupPolicy"] = {"subGroupSize": 3}
+    with pytest.raises(KubectlError, match="subGroupSize"):
+        kube_cluster.apply(bad)

@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
         default=default_state_dir(),
         help="default: $DISAGG_E2E_STATE or <repo>/e2e/.state",
     )
+    parser.add_argument(
+        "--without-lws",
+        action="store_true",
+        help="up: do not run the LeaderWorkerSet controller (to test behaviour without the LWS API)",
+    )
     return parser
 
 
@@ -38,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             t0 = time.monotonic()
-            cluster.up(root, bins, _say)
+            cluster.up(root, bins, _say, with_lws=not args.without_lws)
             _say(f'total {time.monotonic() - t0:.1f}s; use: eval "$(python -m e2e.localcluster env)"')
         elif args.command == "down":
             cluster.down(root, bins, _say)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import components, kubeconfig, nodes, pki, procs
+from . import components, kubeconfig, lws, nodes, pki, procs
 from .components import Component, Layout, Ports
 from .config import BUILD_SCRIPT, BinDir
 from .kubeapi import Api, ApiError
@@ -33,6 +33,7 @@ class State:
     root: Path
     bin_dir: Path
     ports: Ports
+    components: list[str] = field(default_factory=list)  # names, in start order
     processes: list[procs.ProcessRecord] = field(default_factory=list)
     started_at: float = 0.0
 
@@ -44,6 +45,7 @@ class State:
         data = {
             "bin_dir": str(self.bin_dir),
             "ports": self.ports.to_json(),
+            "components": self.components,
             "processes": [p.to_json() for p in self.processes],
             "started_at": self.started_at,
         }
@@ -61,6 +63,7 @@ class State:
             root=root,
             bin_dir=Path(data["bin_dir"]),
             ports=Ports.from_json(data["ports"]),
+            components=list(data["components"]),
             processes=[procs.ProcessRecord.from_json(p) for p in data["processes"]],
             started_at=float(data["started_at"]),
         )
@@ -75,7 +78,7 @@ def _owned(root: Path) -> bool:
 
 
 def healthy(state: State) -> bool:
-    complete = len(state.processes) == len(components.ALL)
+    complete = [p.name for p in state.processes] == state.components
     alive = all(procs.is_alive(p) for p in state.processes)
     return complete and alive and components.apiserver_ready(state.layout.pki, state.ports)
 
@@ -87,6 +90,10 @@ def ensure_binaries(bins: BinDir, say: Say) -> None:
     subprocess.run([str(BUILD_SCRIPT)], check=True)
     if not bins.is_complete():
         raise ClusterError(f"{BUILD_SCRIPT} finished but {bins.path} is incomplete")
+
+
+def _factories(with_lws: bool) -> list[components.Factory]:
+    return [*components.CORE, *([lws.component] if with_lws else [])]
 
 
 def _prepare(root: Path, bins: BinDir, say: Say) -> State:
@@ -101,7 +108,7 @@ def _prepare(root: Path, bins: BinDir, say: Say) -> State:
     ports = Ports.pick()
     server = components.apiserver_url(ports)
     kubeconfig.write(layout.kubeconfig, server, generated, "admin")
-    for client in ("controller-manager", "scheduler", "kwok"):
+    for client in ("controller-manager", "scheduler", "kwok", "lws"):
         kubeconfig.write(layout.component_kubeconfig(client), server, generated, client)
     return State(root, bins.path, ports, started_at=time.time())
 
@@ -118,14 +125,18 @@ def _wait(comp: Component, record: procs.ProcessRecord, log: Path) -> None:
         time.sleep(0.2)
 
 
-def _start_all(state: State, bins: BinDir, say: Say) -> None:
+def _start_all(state: State, bins: BinDir, factories: list[components.Factory], say: Say) -> None:
     layout = state.layout
-    for comp in components.all_components(bins, layout, state.ports):
+    comps = [factory(bins, layout, state.ports) for factory in factories]
+    state.components = [c.name for c in comps]
+    for comp in comps:
         t0 = time.monotonic()
+        comp.prepare()
         record = procs.start(comp.name, comp.argv, layout.log(comp.name))
         state.processes.append(record)
         state.save()  # after every start, so `down` can clean up a failed `up`
         _wait(comp, record, layout.log(comp.name))
+        comp.finish()
         say(f"{comp.name} ready (pid {record.pid}, {time.monotonic() - t0:.1f}s)")
 
 
@@ -153,8 +164,11 @@ def _register_nodes(state: State, say: Say) -> None:
     say("default/default ServiceAccount exists")
 
 
-def up(root: Path, bins: BinDir, say: Say) -> State:
-    """Start the cluster unless a healthy one is already running in `root`."""
+def up(root: Path, bins: BinDir, say: Say, with_lws: bool = True) -> State:
+    """Start the cluster unless a healthy one is already running in `root`.
+
+    with_lws: also run the LeaderWorkerSet controller (CRDs + webhooks).
+    """
     root = root.resolve()
     existing = State.load(root)
     if existing is not None and healthy(existing):
@@ -164,7 +178,7 @@ def up(root: Path, bins: BinDir, say: Say) -> State:
     t0 = time.monotonic()
     state = _prepare(root, bins, say)
     try:
-        _start_all(state, bins, say)
+        _start_all(state, bins, _factories(with_lws), say)
         _register_nodes(state, say)
     except BaseException:
         say(f"start-up failed; stopping what was started (logs kept in {state.layout.root / 'logs'})")

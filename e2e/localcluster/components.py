@@ -34,6 +34,8 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    lws_webhook: int
+    lws_health: int
 
     @classmethod
     def pick(cls) -> Ports:
@@ -78,6 +80,10 @@ class Layout:
         return self.root / "logs" / f"{name}.log"
 
     @property
+    def lws_dir(self) -> Path:
+        return self.root / "lws"
+
+    @property
     def etcd_data(self) -> Path:
         return self.root / "etcd"
 
@@ -90,12 +96,24 @@ class Layout:
         return self.root / ".disagg-localcluster"
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Component:
+    """A process to start.
+
+    prepare runs before the process starts, finish once it is ready (e.g. to
+    install CRDs the process needs, or to register its webhooks).
+    """
+
     name: str
     argv: list[str]
     ready: Callable[[], bool]
     timeout_seconds: float
+    prepare: Callable[[], None] = _nothing
+    finish: Callable[[], None] = _nothing
 
 
 def apiserver_url(ports: Ports) -> str:
@@ -108,8 +126,13 @@ def admin_context(pki: Pki) -> ssl.SSLContext:
     return ctx
 
 
+def fetch_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    """The /healthz convention: status 200 with body "ok"."""
+    return kubeapi.fetch(url, ctx) == b"ok"
+
+
 def _is_ok(url: str, ctx: ssl.SSLContext | None) -> Callable[[], bool]:
-    return lambda: kubeapi.fetch(url, ctx) == b"ok"
+    return lambda: fetch_ok(url, ctx)
 
 
 def _etcd_healthy(url: str) -> Callable[[], bool]:
@@ -171,7 +194,7 @@ def kube_apiserver(bins: BinDir, lay: Layout, ports: Ports) -> Component:
 
 
 def apiserver_ready(pki: Pki, ports: Ports) -> bool:
-    return kubeapi.fetch(f"{apiserver_url(ports)}/readyz", admin_context(pki)) == b"ok"
+    return fetch_ok(f"{apiserver_url(ports)}/readyz", admin_context(pki))
 
 
 def kube_controller_manager(bins: BinDir, lay: Layout, ports: Ports) -> Component:
@@ -230,9 +253,6 @@ def kwok(bins: BinDir, lay: Layout, ports: Ports) -> Component:
     return Component("kwok", argv, _is_ok(url, None), 30)
 
 
+Factory = Callable[[BinDir, Layout, Ports], Component]
 # Start order matters: each component needs the ones before it.
-ALL = (etcd, kube_apiserver, kube_controller_manager, kube_scheduler, kwok)
-
-
-def all_components(bins: BinDir, lay: Layout, ports: Ports) -> list[Component]:
-    return [factory(bins, lay, ports) for factory in ALL]
+CORE: tuple[Factory, ...] = (etcd, kube_apiserver, kube_controller_manager, kube_scheduler, kwok)

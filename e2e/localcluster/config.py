@@ -22,6 +22,7 @@ BINARIES = (
     "kubectl",
     "kwok",
     "helm",
+    "lws-controller",
 )
 KWOK_STAGES = "kwok-stages.yaml"
 

@@ -29,7 +29,7 @@ def register(api: Api, manifests: list[dict[str, Any]]) -> int:
 
 
 def is_ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions", [])
+    conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 

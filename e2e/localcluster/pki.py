@@ -39,6 +39,8 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "controller-manager": ("system:kube-controller-manager", ()),
     "scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok-controller", ("system:masters",)),
+    # Out-of-cluster LeaderWorkerSet controller; its chart's RBAC is not installed.
+    "lws": ("lws-controller", ("system:masters",)),
 }
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
@@ -65,6 +67,14 @@ class Pki:
     @property
     def apiserver_key(self) -> Path:
         return self.dir / "apiserver.key"
+
+    @property
+    def webhook_cert(self) -> Path:
+        return self.dir / "webhook.crt"
+
+    @property
+    def webhook_key(self) -> Path:
+        return self.dir / "webhook.key"
 
     @property
     def sa_key(self) -> Path:
@@ -196,6 +206,13 @@ def generate(directory: Path) -> Pki:
     cert, key = _issue(ca, _name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, _apiserver_sans())
     _write_cert(pki.apiserver_cert, cert)
     _write_key(pki.apiserver_key, key)
+
+    # For webhooks served by local processes: the apiserver calls them through
+    # a clientConfig.url on loopback, verified against the same CA.
+    loopback = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    cert, key = _issue(ca, _name("loopback-webhook"), ExtendedKeyUsageOID.SERVER_AUTH, loopback)
+    _write_cert(pki.webhook_cert, cert)
+    _write_key(pki.webhook_key, key)
 
     for stem, (user, groups) in CLIENTS.items():
         cert, key = _issue(ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH)
