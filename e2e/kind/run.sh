@@ -4,7 +4,8 @@
 #
 #   e2e/kind/run.sh [pytest args...]
 # Env: KIND_CLUSTER_NAME (default disagg-e2e), KIND_NODE_IMAGE (kindest/node
-#      tag; default: kind's own), KEEP_CLUSTER=1 to keep the cluster afterwards.
+#      tag; default: kind's own), KEEP_CLUSTER=1 to keep the cluster afterwards,
+#      SKIP_LWS=1 to leave LeaderWorkerSet out.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +40,15 @@ fake_gpus() { # fake_gpus NODE RESOURCE
 }
 fake_gpus "$NAME-worker" nvidia.com/gpu
 fake_gpus "$NAME-worker2" amd.com/gpu
+
+# LeaderWorkerSet from its release manifests (the version pinned for the local
+# control plane); the controller image is pulled by the kind nodes.
+LWS_VERSION=$(sed -n 's/^LWS_VERSION=//p' "$REPO/e2e/controlplane/versions.env")
+if [[ -z "${SKIP_LWS:-}" ]]; then
+	kubectl apply --server-side -f \
+		"https://github.com/kubernetes-sigs/lws/releases/download/$LWS_VERSION/manifests.yaml"
+	kubectl -n lws-system wait deploy/lws-controller-manager --for=condition=Available --timeout=180s
+fi
 
 # ---- operator image -------------------------------------------------------
 # TODO(Dockerfile owner): build the operator image and load it here, e.g.
