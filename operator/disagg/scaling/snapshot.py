@@ -15,19 +15,19 @@ vLLM metric each field is meant to come from (window = the scrape interval, rate
 | prefix_hit_rate | vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total |
 | waiting_requests, running_requests | vllm:num_requests_waiting, vllm:num_requests_running (summed over replicas) |
 | kv_cache_usage | vllm:kv_cache_usage_perc (mean over ready replicas, 0..1) |
-| ttft_p90_s, itl_p90_s | histogram_quantile(0.9, ...) of vllm:time_to_first_token_seconds / inter_token_latency_seconds |
+| ttft_p90_s, itl_p90_s | histogram_quantile(0.9) of vllm:time_to_first_token_seconds, inter_token_latency_seconds |
 | prefill_tokens_per_busy_s | vllm:prompt_tokens_total / vllm:request_prefill_time_seconds_sum, per replica |
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
-from ..api.pool import PoolName
+from disagg.api.pool import PoolName
 
 
-class MetricsHealth(str, Enum):
+class MetricsHealth(StrEnum):
     """Whether a snapshot can be trusted. Anything but OK makes the policy hold the pool."""
 
     OK = "OK"

@@ -1,0 +1,763 @@
+"""The pure scaling policy: metrics snapshots + spec + previous state -> desired replicas per pool.
+
+No I/O, no clock, no randomness: time comes in as `now`, everything the policy remembers goes out in the returned
+`PolicyState` and comes back on the next call. docs/autoscaling.md derives the control law; in short:
+
+* prefill is sized so the queue in front of it keeps TTFT p90 under target: per-replica capacity C (tokens/s,
+  measured), a target utilisation rho* from an M/D/1-style waiting-time tail, N_p = lambda_tokens / (rho* C);
+* decode is sized by KV residency: ITL p90 = a + b*u (u = KV usage per replica) fitted online, u* where the fit
+  meets the ITL target, N_d = U_total / u* with square-root headroom for fluctuating concurrency;
+* observed latency corrects both (a TTFT correction factor; the ITL fit is the correction), and a proportional
+  feedback path adds replicas at once when the SLO is already broken;
+* up fast (step-limited), down only after a stabilisation window, within a tolerance band, and only if the
+  survivors can absorb the load; min/max per pool, P:D ratio bounds and the GPU budget last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.pool import PoolName
+from disagg.api.resolve import gpus_per_replica, operator_scales, pool_of
+from disagg.api.units import parse_duration
+
+from .snapshot import MetricsHealth, Observation, PoolSnapshot
+
+POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
+
+# Defaults of spec.scaling.scaleUp/scaleDown when unset (documented on ScaleBehavior).
+DEFAULT_UP_WINDOW_S = 0.0
+DEFAULT_DOWN_WINDOW_S = 300.0
+DEFAULT_UP_STEP = 4
+DEFAULT_DOWN_STEP = 1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Constants of the control law that are not in the API. docs/autoscaling.md says why each has its value."""
+
+    ttft_margin: float = 0.7
+    """Aim prefill at this share of the TTFT target: windowed p90s are noisy and arrivals burstier than Poisson."""
+    queue_tail_factor: float = 3.0
+    """k in wait_p90 ~= k * rho * S / (2 (1 - rho)): M/D/1 mean wait scaled to a tail percentile."""
+    service_p90_factor: float = 2.0
+    """Prefill time of the p90 prompt over that of the mean prompt (prompt lengths are skewed)."""
+    min_utilization: float = 0.25
+    max_utilization: float = 0.85
+    prefill_capacity_prior: float = 10_000.0
+    """Prompt tokens/s per GPU assumed until the pool reports its own capacity: deliberately pessimistic."""
+    capacity_smoothing: float = 0.3
+    backlog_drain_s: float = 60.0
+    """Queued prompts are added to demand as if they had to be cleared within this time."""
+
+    itl_margin: float = 0.8
+    """Aim decode at this share of the ITL target."""
+    kv_ceiling: float = 0.85
+    """Never plan decode above this KV usage: past it vLLM preempts and ITL is no longer the limit."""
+    kv_floor: float = 0.05
+    itl_prior_idle_share: float = 0.25
+    """Prior of the ITL fit: idle ITL is this share of the target..."""
+    itl_prior_usage_at_target: float = 0.6
+    """...and the target is reached at this KV usage. Both fade as real observations accumulate."""
+    itl_prior_weight: float = 2.0
+    itl_fit_half_life_s: float = 600.0
+    concurrency_z: float = 1.0
+    """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation."""
+
+    correction_smoothing: float = 0.3
+    correction_min: float = 0.7
+    correction_max: float = 2.0
+
+    down_tolerance: float = 0.1
+    """Scale down to k replicas only when the need is below k * (1 - tolerance): a hysteresis band."""
+    down_sensitivity: float = 0.85
+    """Scale down only if observed latency is below this share of the target."""
+    stale_after_intervals: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    name: PoolName
+    scaled: bool
+    """Whether this policy owns the pool's replicas (autoscaling enabled with the operator controller)."""
+    min_replicas: int
+    max_replicas: int
+    gpus_per_replica: int
+    spec_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Everything the policy reads from the DisaggDeploymentSpec, as plain numbers in seconds."""
+
+    ttft_target_s: float | None
+    itl_target_s: float | None
+    interval_s: float
+    up_window_s: float
+    down_window_s: float
+    up_step: int
+    down_step: int
+    max_gpus: int | None
+    ratio_min: float | None
+    ratio_max: float | None
+    prefill: PoolLimits
+    decode: PoolLimits
+
+    def limits(self, name: PoolName) -> PoolLimits:
+        return self.prefill if name == "prefill" else self.decode
+
+
+def _seconds(value: str | None, default: float | None) -> float | None:
+    return default if value is None else float(parse_duration(value))
+
+
+def config_from_spec(spec: DisaggDeploymentSpec) -> PolicyConfig:
+    scaling = spec.scaling
+
+    def limits(name: PoolName) -> PoolLimits:
+        pool = pool_of(spec, name)
+        auto = pool.autoscaling
+        return PoolLimits(
+            name=name,
+            scaled=operator_scales(pool),
+            min_replicas=auto.min_replicas,
+            max_replicas=auto.max_replicas if auto.max_replicas is not None else max(pool.replicas, 1),
+            gpus_per_replica=gpus_per_replica(pool),
+            spec_replicas=pool.replicas,
+        )
+
+    return PolicyConfig(
+        ttft_target_s=_seconds(scaling.slo.ttft_p90, None),
+        itl_target_s=_seconds(scaling.slo.itl_p90, None),
+        interval_s=_seconds(scaling.interval, 30.0) or 30.0,
+        up_window_s=_seconds(scaling.scale_up.stabilization_window, DEFAULT_UP_WINDOW_S) or 0.0,
+        down_window_s=_seconds(scaling.scale_down.stabilization_window, DEFAULT_DOWN_WINDOW_S) or 0.0,
+        up_step=scaling.scale_up.max_step or DEFAULT_UP_STEP,
+        down_step=scaling.scale_down.max_step or DEFAULT_DOWN_STEP,
+        max_gpus=scaling.max_gpus,
+        ratio_min=scaling.ratio.min,
+        ratio_max=scaling.ratio.max,
+        prefill=limits("prefill"),
+        decode=limits("decode"),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# State
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One evaluation's unconstrained answer for one pool, kept for the stabilisation windows."""
+
+    at: float
+    up_to: int
+    """Replicas needed now (ceil of the need)."""
+    down_to: int
+    """Replicas that would still leave the tolerance band of headroom (ceil of need / (1 - tolerance))."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMemory:
+    replicas: int | None = None
+    """The last decision: what the pool was told to have."""
+    changed_at: float | None = None
+    direction: int = 0
+    """+1 or -1 for the last change, to count reversals."""
+    history: tuple[Recommendation, ...] = ()
+    observed_at: float | None = None
+    """First evaluation with usable metrics: no scale-down before a whole window has been seen."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItlFit:
+    """Exponentially forgetting least-squares sums for ITL p90 = a + b * KV usage."""
+
+    weight: float = 0.0
+    sum_x: float = 0.0
+    sum_y: float = 0.0
+    sum_xx: float = 0.0
+    sum_xy: float = 0.0
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    prefill: PoolMemory = field(default_factory=PoolMemory)
+    decode: PoolMemory = field(default_factory=PoolMemory)
+    prefill_capacity: float | None = None
+    """Measured prompt tokens/s of one prefill replica while busy (smoothed)."""
+    ttft_correction: float = 1.0
+    """Observed TTFT p90 over the queueing model's prediction (smoothed, clipped)."""
+    itl_fit: ItlFit = field(default_factory=ItlFit)
+
+    def memory(self, name: PoolName) -> PoolMemory:
+        return self.prefill if name == "prefill" else self.decode
+
+    def with_memory(self, name: PoolName, memory: PoolMemory) -> PolicyState:
+        return replace(self, prefill=memory) if name == "prefill" else replace(self, decode=memory)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Output
+
+HoldReason = Literal["MetricsMissing", "MetricsStale", "MetricsPartial", "NoReadyReplicas", "NoSloTarget"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDecision:
+    pool: PoolName
+    replicas: int
+    previous: int
+    need: float | None
+    """The model's continuous replica need before rounding, stabilisation and limits (None when held)."""
+    reason: str
+    hold: HoldReason | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.replicas != self.previous
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingCondition:
+    """The ScalingActive condition the shell writes to status."""
+
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    prefill: PoolDecision | None
+    """None when the operator does not scale the pool (autoscaling off or an external controller)."""
+    decode: PoolDecision | None
+    state: PolicyState
+    condition: ScalingCondition
+
+    def pool(self, name: PoolName) -> PoolDecision | None:
+        return self.prefill if name == "prefill" else self.decode
+
+    @property
+    def changed(self) -> bool:
+        return any(d is not None and d.changed for d in (self.prefill, self.decode))
+
+
+DEFAULT_TUNING = Tuning()
+
+# --------------------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def decide(
+    spec: DisaggDeploymentSpec | PolicyConfig,
+    observation: Observation,
+    state: PolicyState | None,
+    now: float,
+    tuning: Tuning = DEFAULT_TUNING,
+) -> Decision:
+    """One evaluation. Call every spec.scaling.interval with fresh snapshots and the state returned last time."""
+    config = spec if isinstance(spec, PolicyConfig) else config_from_spec(spec)
+    state = _learn(config, observation, state or PolicyState(), now, tuning)
+    proposals: dict[PoolName, _Proposal] = {}
+    for name in POOLS:
+        if config.limits(name).scaled:
+            proposals[name] = _propose(config, observation.pool(name), state, now, tuning)
+    final = _constrain(config, proposals, state, observation, now, tuning)
+    decisions: dict[PoolName, PoolDecision] = {}
+    for name, proposal in proposals.items():
+        decisions[name] = _pool_decision(name, proposal, final[name], state, observation)
+        state = _remember(state, name, proposal, final[name], now, tuning, config)
+    return Decision(
+        prefill=decisions.get("prefill"),
+        decode=decisions.get("decode"),
+        state=state,
+        condition=_condition(decisions.values()),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Learning: capacity, corrections and trends from this observation
+
+
+def _stale(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> bool:
+    return now - snap.taken_at > tuning.stale_after_intervals * config.interval_s
+
+
+def _trusted(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> bool:
+    return snap.usable and snap.ready_replicas > 0 and not _stale(config, snap, now, tuning)
+
+
+def _ewma(previous: float | None, sample: float, smoothing: float) -> float:
+    return sample if previous is None else previous + smoothing * (sample - previous)
+
+
+def _learn(config: PolicyConfig, obs: Observation, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
+    if _trusted(config, obs.prefill, now, tuning):
+        state = _learn_prefill(config, obs.prefill, state, tuning)
+    if _trusted(config, obs.decode, now, tuning):
+        state = _learn_decode(obs.decode, state, now, tuning)
+    return state
+
+
+def _learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning) -> PolicyState:
+    capacity = state.prefill_capacity
+    if snap.prefill_tokens_per_busy_s is not None and snap.prefill_tokens_per_busy_s > 0:
+        capacity = _ewma(capacity, snap.prefill_tokens_per_busy_s, tuning.capacity_smoothing)
+    state = replace(state, prefill_capacity=capacity)
+    # The correction compares the observed TTFT p90 with what the queueing model predicts for the current replicas.
+    # Only below saturation: past it the model predicts infinity and the feedback path is in charge instead.
+    target = config.ttft_target_s
+    predicted = _predicted_ttft(snap, snap.ready_replicas, _capacity(config, state, tuning), tuning)
+    if target is None or snap.ttft_p90_s is None or predicted is None or predicted <= 0:
+        return state
+    ratio = min(max(snap.ttft_p90_s / predicted, tuning.correction_min), tuning.correction_max)
+    correction = _ewma(state.ttft_correction, ratio, tuning.correction_smoothing)
+    return replace(state, ttft_correction=correction)
+
+
+def _learn_decode(snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
+    if snap.itl_p90_s is None or snap.kv_cache_usage is None or not snap.running_requests:
+        return state
+    fit = state.itl_fit
+    decay = 1.0 if fit.at is None else 0.5 ** (max(now - fit.at, 0.0) / tuning.itl_fit_half_life_s)
+    x, y = snap.kv_cache_usage, snap.itl_p90_s
+    return replace(
+        state,
+        itl_fit=ItlFit(
+            weight=fit.weight * decay + 1.0,
+            sum_x=fit.sum_x * decay + x,
+            sum_y=fit.sum_y * decay + y,
+            sum_xx=fit.sum_xx * decay + x * x,
+            sum_xy=fit.sum_xy * decay + x * y,
+            at=now,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Models
+
+
+def _capacity(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> float:
+    if state.prefill_capacity is not None:
+        return state.prefill_capacity
+    return tuning.prefill_capacity_prior * config.prefill.gpus_per_replica
+
+
+def _service_times(snap: PoolSnapshot, capacity: float, tuning: Tuning) -> tuple[float, float] | None:
+    """Mean and p90 prefill time of one prompt on an idle replica."""
+    mean_prompt = snap.mean_prompt_tokens
+    if mean_prompt is None:
+        return None
+    uncached = mean_prompt * (1.0 - min(max(snap.prefix_hit_rate or 0.0, 0.0), 1.0))
+    mean = max(uncached, 1.0) / capacity
+    return mean, mean * tuning.service_p90_factor
+
+
+def _queue_wait_p90(rho: float, service: float, tuning: Tuning) -> float:
+    return tuning.queue_tail_factor * rho * service / (2.0 * (1.0 - rho))
+
+
+def _predicted_ttft(snap: PoolSnapshot, replicas: int, capacity: float, tuning: Tuning) -> float | None:
+    times = _service_times(snap, capacity, tuning)
+    demand = snap.uncached_prompt_token_rate
+    if times is None or demand is None or replicas <= 0:
+        return None
+    rho = demand / (replicas * capacity)
+    if rho >= 0.9:
+        return None
+    return times[1] + _queue_wait_p90(rho, times[0], tuning)
+
+
+def _target_utilization(target: float, mean_s: float, p90_s: float, tuning: Tuning) -> float:
+    """Largest rho with p90 service + p90 queue wait within the TTFT budget (solved from _queue_wait_p90)."""
+    budget = target - p90_s
+    if budget <= 0:
+        return tuning.min_utilization
+    rho = 2.0 * budget / (tuning.queue_tail_factor * mean_s + 2.0 * budget)
+    return min(max(rho, tuning.min_utilization), tuning.max_utilization)
+
+
+def _itl_line(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> tuple[float, float]:
+    """(a, b) of ITL p90 = a + b * u: observations weighted against two prior points that fade as data arrives."""
+    target = config.itl_target_s or 0.05
+    prior_x = (0.0, tuning.itl_prior_usage_at_target)
+    prior_y = (tuning.itl_prior_idle_share * target, target)
+    fit = state.itl_fit
+    w = tuning.itl_prior_weight
+    n = fit.weight + 2 * w
+    sx = fit.sum_x + w * sum(prior_x)
+    sy = fit.sum_y + w * sum(prior_y)
+    sxx = fit.sum_xx + w * sum(x * x for x in prior_x)
+    sxy = fit.sum_xy + w * sum(x * y for x, y in zip(prior_x, prior_y, strict=True))
+    denominator = n * sxx - sx * sx
+    prior_slope = (prior_y[1] - prior_y[0]) / prior_x[1]
+    slope = (n * sxy - sx * sy) / denominator if denominator > 1e-12 else prior_slope
+    # ITL does not fall as the cache fills; a flat or negative slope means the data cannot identify it.
+    slope = max(slope, 0.25 * prior_slope)
+    intercept = max((sy - slope * sx) / n, 0.0)
+    return intercept, slope
+
+
+def _target_kv_usage(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> float:
+    target = config.itl_target_s or 0.05
+    intercept, slope = _itl_line(config, state, tuning)
+    usage = (tuning.itl_margin * target - intercept) / slope
+    return min(max(usage, tuning.kv_floor), tuning.kv_ceiling)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Proposal per pool: model need, forecast and feedback
+
+
+@dataclass(frozen=True, slots=True)
+class _Proposal:
+    need: float | None
+    demand: float | None
+    """The pool's load in its own unit (prefill: uncached tokens/s; decode: KV usage summed over replicas)."""
+    why: str
+    hold: HoldReason | None = None
+    hold_message: str = ""
+    feedback: bool = False
+    safe_to_shrink: bool = True
+    shrink_note: str = ""
+
+
+def _propose(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning) -> _Proposal:
+    hold = _hold_reason(config, snap, now, tuning)
+    if hold is not None:
+        return _Proposal(need=None, demand=None, why="", hold=hold[0], hold_message=hold[1])
+    memory = state.memory(snap.pool)
+    if snap.pool == "prefill":
+        return _propose_prefill(config, snap, state, memory, tuning)
+    return _propose_decode(config, snap, state, memory, tuning)
+
+
+def _hold_reason(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> tuple[HoldReason, str] | None:
+    target = config.ttft_target_s if snap.pool == "prefill" else config.itl_target_s
+    if target is None:
+        return "NoSloTarget", f"no {'ttftP90' if snap.pool == 'prefill' else 'itlP90'} target to size {snap.pool} by"
+    detail = f": {snap.health_reason}" if snap.health_reason else ""
+    if snap.health is MetricsHealth.MISSING or snap.window_s <= 0:
+        return "MetricsMissing", f"{snap.pool} metrics missing{detail}"
+    if snap.health is MetricsHealth.PARTIAL:
+        return "MetricsPartial", f"{snap.pool} metrics incomplete{detail}"
+    if snap.health is MetricsHealth.STALE or _stale(config, snap, now, tuning):
+        return "MetricsStale", f"{snap.pool} metrics are {now - snap.taken_at:.0f}s old{detail}"
+    if snap.ready_replicas <= 0:
+        return "NoReadyReplicas", f"no ready {snap.pool} replica to measure load on"
+    return None
+
+
+def _feedback_need(ready: int, observed: float | None, target: float) -> float | None:
+    """Proportional path: replicas in proportion to how far the SLO is already broken."""
+    if observed is None or observed <= target:
+        return None
+    return ready * observed / target
+
+
+def _propose_prefill(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, memory: PoolMemory, tuning: Tuning
+) -> _Proposal:
+    target = config.ttft_target_s or 1.0
+    capacity = _capacity(config, state, tuning)
+    times = _service_times(snap, capacity, tuning)
+    demand = snap.uncached_prompt_token_rate or 0.0
+    mean_prompt = snap.mean_prompt_tokens or 0.0
+    # While replicas are starting, the queue is what they were ordered for: counting it again would double count.
+    pending = snap.starting_replicas > 0
+    backlog = 0.0 if pending else (snap.waiting_requests or 0.0) * mean_prompt / tuning.backlog_drain_s
+    rho = tuning.max_utilization
+    if times is not None:
+        rho = _target_utilization(target * tuning.ttft_margin / state.ttft_correction, times[0], times[1], tuning)
+    planned = demand + backlog
+    need = planned / (rho * capacity)
+    why = (
+        f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
+        f"target utilisation {rho:.2f} (TTFT correction {state.ttft_correction:.2f})"
+    )
+    fb = _feedback_need(snap.ready_replicas, snap.ttft_p90_s, target)
+    feedback = fb is not None and not pending and (snap.waiting_requests or 0.0) > 0 and fb > need
+    if feedback and fb is not None:
+        need = fb
+        why = f"TTFT p90 {snap.ttft_p90_s or 0:.3f}s over target {target:.3f}s with a queue; " + why
+    ttft = snap.ttft_p90_s
+    safe = ttft is None or ttft <= tuning.down_sensitivity * target
+    note = "" if safe else f"TTFT p90 {ttft or 0:.3f}s is near the {target:.3f}s target"
+    return _Proposal(need, demand, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
+
+
+def _propose_decode(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, memory: PoolMemory, tuning: Tuning
+) -> _Proposal:
+    target = config.itl_target_s or 0.05
+    usage = snap.kv_cache_usage
+    if usage is None:
+        # Without KV usage there is no load to size by; keep the replicas and let the feedback path act.
+        current = memory.replicas if memory.replicas is not None else snap.ready_replicas + snap.starting_replicas
+        return _Proposal(float(current), None, "decode KV usage unknown; holding the model at the current size")
+    load = usage * snap.ready_replicas
+    per_replica = _target_kv_usage(config, state, tuning)
+    concurrency = snap.running_requests or 0.0
+    headroom = 1.0 + (tuning.concurrency_z / math.sqrt(concurrency) if concurrency >= 1 else 0.0)
+    need = load * headroom / per_replica
+    a, b = _itl_line(config, state, tuning)
+    why = (
+        f"decode KV load {load:.2f} replica-caches, {concurrency:.0f} running; ITL p90 ~ {a * 1e3:.1f}ms + "
+        f"{b * 1e3:.1f}ms*usage, so {per_replica:.2f} usage per replica meets {tuning.itl_margin:.0%} of the target"
+    )
+    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling)
+    fb = snap.ready_replicas * worst if worst > 1.0 else None
+    feedback = fb is not None and snap.starting_replicas == 0 and fb > need
+    if feedback and fb is not None:
+        need = fb
+        why = f"ITL p90 {snap.itl_p90_s or 0:.4f}s / KV {usage:.2f} past the limits; " + why
+    itl = snap.itl_p90_s
+    safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
+    note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
+    return _Proposal(need, load, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stabilisation and limits
+
+
+@dataclass(frozen=True, slots=True)
+class _Final:
+    replicas: int
+    previous: int
+    notes: tuple[str, ...]
+
+
+def _previous(config: PolicyConfig, name: PoolName, state: PolicyState, obs: Observation) -> int:
+    """What the pool was last told to have; before the first decision, what exists (ready + starting)."""
+    remembered = state.memory(name).replicas
+    if remembered is not None:
+        return remembered
+    snap = obs.pool(name)
+    present = snap.ready_replicas + snap.starting_replicas
+    return present if present > 0 else max(config.limits(name).spec_replicas, config.limits(name).min_replicas)
+
+
+def _stabilized(
+    config: PolicyConfig,
+    name: PoolName,
+    proposal: _Proposal,
+    state: PolicyState,
+    current: int,
+    now: float,
+    tuning: Tuning,
+) -> tuple[int, str]:
+    """HPA semantics on the recommendation history: up to the lowest recent "need", down to the highest."""
+    assert proposal.need is not None
+    history = (
+        *state.memory(name).history,
+        Recommendation(now, _ceil(proposal.need), _ceil(proposal.need / (1.0 - tuning.down_tolerance))),
+    )
+    up_to = min(r.up_to for r in history if r.at >= now - config.up_window_s)
+    # Strictly inside the window: a recommendation exactly one window old has expired.
+    down_to = max(r.down_to for r in history if r.at > now - config.down_window_s or r.at == now)
+    if up_to > current:
+        return min(up_to, current + config.up_step), "scale up"
+    if down_to < current:
+        if not proposal.safe_to_shrink:
+            return current, f"scale-down deferred: {proposal.shrink_note}"
+        first_seen = state.memory(name).observed_at
+        if first_seen is None or now - first_seen < config.down_window_s:
+            return current, "scale-down deferred: not observed for a whole stabilisation window yet"
+        return max(down_to, current - config.down_step), "scale down"
+    return current, "steady"
+
+
+def _ceil(value: float) -> int:
+    return math.ceil(value - 1e-9)
+
+
+def _constrain(
+    config: PolicyConfig,
+    proposals: dict[PoolName, _Proposal],
+    state: PolicyState,
+    obs: Observation,
+    now: float,
+    tuning: Tuning,
+) -> dict[PoolName, _Final]:
+    notes: dict[PoolName, list[str]] = {name: [] for name in POOLS}
+    wanted: dict[PoolName, int] = {}
+    previous: dict[PoolName, int] = {}
+    for name in POOLS:
+        previous[name] = _previous(config, name, state, obs)
+        proposal = proposals.get(name)
+        if proposal is None or proposal.need is None:
+            wanted[name] = previous[name]
+            continue
+        replicas, note = _stabilized(config, name, proposal, state, previous[name], now, tuning)
+        notes[name].append(note)
+        wanted[name] = replicas
+    wanted = _clamp_pools(config, wanted, notes)
+    wanted = _ratio_bounds(config, proposals, wanted, notes)
+    wanted = _gpu_budget(config, proposals, wanted, notes)
+    return {name: _Final(wanted[name], previous[name], tuple(notes[name])) for name in POOLS}
+
+
+def _movable(config: PolicyConfig, proposals: dict[PoolName, _Proposal], name: PoolName) -> bool:
+    proposal = proposals.get(name)
+    return config.limits(name).scaled and proposal is not None and proposal.hold is None
+
+
+def _clamp_pools(
+    config: PolicyConfig, wanted: dict[PoolName, int], notes: dict[PoolName, list[str]]
+) -> dict[PoolName, int]:
+    out = dict(wanted)
+    for name in POOLS:
+        limits = config.limits(name)
+        if not limits.scaled:
+            continue
+        clamped = min(max(out[name], limits.min_replicas), limits.max_replicas)
+        if clamped != out[name]:
+            bound = "maxReplicas" if clamped < out[name] else "minReplicas"
+            notes[name].append(f"held at {bound} {clamped} (wanted {out[name]})")
+        out[name] = clamped
+    return out
+
+
+def _ratio_bounds(
+    config: PolicyConfig,
+    proposals: dict[PoolName, _Proposal],
+    wanted: dict[PoolName, int],
+    notes: dict[PoolName, list[str]],
+) -> dict[PoolName, int]:
+    """Keep prefill/decode within [ratio.min, ratio.max], raising the short side first (SLOs over cost)."""
+    p, d = wanted["prefill"], wanted["decode"]
+    lo, hi = config.ratio_min, config.ratio_max
+    if hi is not None and d > 0 and p > hi * d:
+        p, d = _fix_ratio(config, proposals, short="decode", long="prefill", short_n=d, long_n=p, factor=1 / hi)
+    if lo is not None and lo > 0 and d > 0 and p < lo * d:
+        p, d = _fix_ratio(config, proposals, short="prefill", long="decode", short_n=p, long_n=d, factor=lo)
+    out: dict[PoolName, int] = {"prefill": p, "decode": d}
+    for name in POOLS:
+        if out[name] != wanted[name]:
+            notes[name].append(f"moved to {out[name]} to keep the P:D ratio within bounds")
+    return out
+
+
+def _fix_ratio(
+    config: PolicyConfig,
+    proposals: dict[PoolName, _Proposal],
+    short: PoolName,
+    long: PoolName,
+    short_n: int,
+    long_n: int,
+    factor: float,
+) -> tuple[int, int]:
+    """short must reach ceil(long * factor); if it cannot move that far, long comes down instead."""
+    needed = _ceil(long_n * factor)
+    if _movable(config, proposals, short):
+        short_n = min(needed, config.limits(short).max_replicas)
+    if short_n < needed and _movable(config, proposals, long):
+        long_n = max(math.floor(short_n / factor + 1e-9), config.limits(long).min_replicas)
+    return (short_n, long_n) if short == "prefill" else (long_n, short_n)
+
+
+def _gpu_budget(
+    config: PolicyConfig,
+    proposals: dict[PoolName, _Proposal],
+    wanted: dict[PoolName, int],
+    notes: dict[PoolName, list[str]],
+) -> dict[PoolName, int]:
+    """Remove replicas, one at a time, from the pool that the model says needs its replicas least."""
+    if config.max_gpus is None:
+        return wanted
+    out = dict(wanted)
+
+    def gpus() -> int:
+        return sum(out[name] * config.limits(name).gpus_per_replica for name in POOLS)
+
+    while gpus() > config.max_gpus:
+        candidates = [
+            name
+            for name in POOLS
+            if _movable(config, proposals, name) and out[name] > max(config.limits(name).min_replicas, 1)
+        ]
+        if not candidates:
+            break
+
+        def pressure(name: PoolName) -> float:
+            need = proposals[name].need or 0.0
+            return need / (out[name] - 1)
+
+        victim = min(candidates, key=pressure)
+        out[victim] -= 1
+    for name in POOLS:
+        if out[name] != wanted[name]:
+            notes[name].append(f"cut to {out[name]} by the GPU budget of {config.max_gpus}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Assembling the answer
+
+
+def _pool_decision(
+    name: PoolName, proposal: _Proposal, final: _Final, state: PolicyState, obs: Observation
+) -> PoolDecision:
+    if proposal.hold is not None:
+        reason = f"holding {name} at {final.replicas}: {proposal.hold_message}"
+        return PoolDecision(name, final.replicas, final.previous, None, reason, proposal.hold)
+    verdict = ", ".join(final.notes) if final.notes else "steady"
+    if final.replicas != final.previous:
+        head = f"{name} {final.previous} -> {final.replicas}"
+    else:
+        head = f"{name} stays at {final.replicas}"
+    snap = obs.pool(name)
+    starting = f"; {snap.starting_replicas} starting" if snap.starting_replicas else ""
+    reason = f"{head} ({verdict}): need {proposal.need or 0:.2f} replicas from {proposal.why}{starting}"
+    return PoolDecision(name, final.replicas, final.previous, proposal.need, reason)
+
+
+def _remember(
+    state: PolicyState,
+    name: PoolName,
+    proposal: _Proposal,
+    final: _Final,
+    now: float,
+    tuning: Tuning,
+    config: PolicyConfig,
+) -> PolicyState:
+    memory = state.memory(name)
+    changed_at, direction = memory.changed_at, memory.direction
+    if final.replicas != final.previous:
+        changed_at, direction = now, (1 if final.replicas > final.previous else -1)
+    history = memory.history
+    observed_at = memory.observed_at
+    if proposal.need is not None:
+        keep_after = now - max(config.down_window_s, config.up_window_s)
+        recommendation = Recommendation(now, _ceil(proposal.need), _ceil(proposal.need / (1.0 - tuning.down_tolerance)))
+        history = (*(r for r in history if r.at >= keep_after), recommendation)
+        observed_at = memory.observed_at if memory.observed_at is not None else now
+    return state.with_memory(
+        name,
+        PoolMemory(
+            replicas=final.replicas,
+            changed_at=changed_at,
+            direction=direction,
+            history=history,
+            observed_at=observed_at,
+        ),
+    )
+
+
+def _condition(decisions: Iterable[PoolDecision]) -> ScalingCondition:
+    held = [d for d in decisions if d.hold is not None]
+    if held:
+        return ScalingCondition("False", held[0].hold or "", "; ".join(d.reason for d in held))
+    return ScalingCondition("True", "Evaluated", "the scaler acted on fresh metrics for every scaled pool")
