@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: dev demo lint unit test crds cluster-build cluster-up cluster-down cluster-status
+.PHONY: dev demo lint unit contract test crds golden bench cluster-build cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,12 @@ lint: dev ## ruff, ruff format, mypy --strict
 	$(RUN) mypy
 
 unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
-	$(RUN) pytest tests -m "not contract and not e2e"
+	$(RUN) pytest tests --ignore=tests/contract
 
-test: lint unit ## everything CI runs
+contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
+	$(RUN) pytest tests/contract
+
+test: lint unit contract ## everything CI runs
 
 demo: dev ## the main job (offline for now): validate every example, show a refused spec, print the CRD's head
 	$(RUN) disagg validate $(addprefix -f ,$(sort $(wildcard examples/*.yaml)))
@@ -47,3 +50,9 @@ cluster-down: ## stop it and remove its state
 
 cluster-status:
 	$(RUN) python -m e2e.localcluster status
+
+golden: dev ## regenerate tests/golden from examples/ (review the diff before committing)
+	for f in examples/*.yaml; do $(RUN) disagg render -n default -f $$f > tests/golden/$$(basename $$f); done
+
+bench: dev ## render benchmark (docs/performance.md records the figures)
+	$(RUN) python bench/render_bench.py

@@ -14,8 +14,20 @@ import celpy
 from openapi_schema_validator import OAS30Validator
 
 FORBIDDEN_KEYS = {
-    "$ref", "$defs", "definitions", "id", "$schema", "additionalItems", "patternProperties", "dependencies",
-    "const", "discriminator", "readOnly", "writeOnly", "examples", "title",
+    "$ref",
+    "$defs",
+    "definitions",
+    "id",
+    "$schema",
+    "additionalItems",
+    "patternProperties",
+    "dependencies",
+    "const",
+    "discriminator",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "title",
 }
 _JUNCTORS = ("anyOf", "allOf", "oneOf", "not")
 
@@ -55,7 +67,7 @@ def structural_violations(schema: Mapping[str, Any], path: str = "") -> Iterator
     for rule in schema.get("x-kubernetes-validations", []):
         try:
             celpy.Environment().compile(rule["rule"])
-        except Exception as exc:  # noqa: BLE001 - any compile failure is the finding
+        except Exception as exc:
             yield f"{path}: CEL rule {rule['rule']!r} does not compile: {exc}"
     for name, child in schema.get("properties", {}).items():
         yield from structural_violations(child, f"{path}.{name}" if path else name)
@@ -98,7 +110,9 @@ def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
 def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
     """OpenAPI v3 validation errors (types, enums, bounds, patterns) with their paths."""
     validator = OAS30Validator(_strip_extensions(schema))
-    return [f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}" for error in validator.iter_errors(value)]
+    return [
+        f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}" for error in validator.iter_errors(value)
+    ]
 
 
 def unknown_fields(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[str]:
@@ -143,7 +157,9 @@ def cel_violations(schema: Mapping[str, Any], value: Any, path: str = "") -> Ite
 def _strip_extensions(schema: Any) -> Any:
     """OAS30Validator does not know x-kubernetes-int-or-string; translate it and drop the other extensions."""
     if isinstance(schema, Mapping):
-        stripped = {key: _strip_extensions(value) for key, value in schema.items() if not key.startswith("x-kubernetes-")}
+        stripped = {
+            key: _strip_extensions(value) for key, value in schema.items() if not key.startswith("x-kubernetes-")
+        }
         if schema.get("x-kubernetes-int-or-string"):
             stripped = {k: v for k, v in stripped.items() if k != "anyOf"}
             stripped["anyOf"] = [{"type": "integer"}, {"type": "string"}]
