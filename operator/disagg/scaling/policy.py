@@ -71,6 +71,8 @@ class Tuning:
     itl_fit_half_life_s: float = 600.0
     concurrency_z: float = 1.0
     """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation."""
+    max_batch: float = 256.0
+    """vLLM's default max_num_seqs: a replica never runs more sequences than this, however short they are."""
 
     correction_smoothing: float = 0.3
     correction_min: float = 0.7
@@ -175,6 +177,8 @@ class PoolMemory:
     history: tuple[Recommendation, ...] = ()
     observed_at: float | None = None
     """First evaluation with usable metrics: no scale-down before a whole window has been seen."""
+    ready: int | None = None
+    """Ready replicas at the last evaluation: latency measured across a change in capacity is stale evidence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +280,7 @@ def decide(
     decisions: dict[PoolName, PoolDecision] = {}
     for name, proposal in proposals.items():
         decisions[name] = _pool_decision(name, proposal, final[name], state, observation)
-        state = _remember(state, name, proposal, final[name], now, tuning, config)
+        state = _remember(state, name, proposal, final[name], now, tuning, config, observation)
     return Decision(
         prefill=decisions.get("prefill"),
         decode=decisions.get("decode"),
@@ -459,11 +463,14 @@ def _hold_reason(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: T
     return None
 
 
-def _feedback_need(ready: int, observed: float | None, target: float) -> float | None:
-    """Proportional path: replicas in proportion to how far the SLO is already broken."""
-    if observed is None or observed <= target:
+def _feedback_need(memory: PoolMemory, snap: PoolSnapshot, ratio: float) -> float | None:
+    """Proportional path: replicas in proportion to how far the SLO is already broken, at most doubling.
+
+    Not while replicas are starting (they are the answer to these very symptoms), and not right after the ready
+    count changed: the window's latency then mostly shows the queue built before the new capacity arrived."""
+    if ratio <= 1.0 or snap.starting_replicas > 0 or memory.ready != snap.ready_replicas:
         return None
-    return ready * observed / target
+    return snap.ready_replicas * min(ratio, 2.0)
 
 
 def _propose_prefill(
@@ -486,8 +493,8 @@ def _propose_prefill(
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
         f"target utilisation {rho:.2f} (TTFT correction {state.ttft_correction:.2f})"
     )
-    fb = _feedback_need(snap.ready_replicas, snap.ttft_p90_s, target)
-    feedback = fb is not None and not pending and (snap.waiting_requests or 0.0) > 0 and fb > need
+    fb = _feedback_need(memory, snap, (snap.ttft_p90_s or 0.0) / target)
+    feedback = fb is not None and (snap.waiting_requests or 0.0) > 0 and fb > need
     if feedback and fb is not None:
         need = fb
         why = f"TTFT p90 {snap.ttft_p90_s or 0:.3f}s over target {target:.3f}s with a queue; " + why
@@ -500,32 +507,38 @@ def _propose_prefill(
 def _propose_decode(
     config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, memory: PoolMemory, tuning: Tuning
 ) -> _Proposal:
+    """Little's law on generated tokens: the rate is the same whatever the replica count, unlike KV usage or
+    concurrency, which grow when fewer replicas make every token slower."""
     target = config.itl_target_s or 0.05
-    usage = snap.kv_cache_usage
-    if usage is None:
-        # Without KV usage there is no load to size by; keep the replicas and let the feedback path act.
+    usage, running, rate = snap.kv_cache_usage, snap.running_requests or 0.0, snap.generation_token_rate
+    if usage is None or rate is None or running < 1.0:
+        # Nothing to measure the cost of a sequence on (idle or unknown): size by the floor of one busy replica.
         current = memory.replicas if memory.replicas is not None else snap.ready_replicas + snap.starting_replicas
-        return _Proposal(float(current), None, "decode KV usage unknown; holding the model at the current size")
-    load = usage * snap.ready_replicas
-    per_replica = _target_kv_usage(config, state, tuning)
-    concurrency = snap.running_requests or 0.0
-    headroom = 1.0 + (tuning.concurrency_z / math.sqrt(concurrency) if concurrency >= 1 else 0.0)
-    need = load * headroom / per_replica
+        idle = usage is not None and rate is not None and rate <= 0.0
+        need = 0.0 if idle else float(current)
+        return _Proposal(need, None, "decode idle" if idle else "decode load unknown; holding the current size")
+    usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
+    per_replica_usage = _target_kv_usage(config, state, tuning)
     a, b = _itl_line(config, state, tuning)
+    itl_at_target = min(a + b * per_replica_usage, tuning.itl_margin * target)
+    batch = min(per_replica_usage / usage_per_sequence, tuning.max_batch)
+    concurrency = rate * itl_at_target
+    headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
+    need = concurrency * headroom / batch
     why = (
-        f"decode KV load {load:.2f} replica-caches, {concurrency:.0f} running; ITL p90 ~ {a * 1e3:.1f}ms + "
-        f"{b * 1e3:.1f}ms*usage, so {per_replica:.2f} usage per replica meets {tuning.itl_margin:.0%} of the target"
+        f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms (fit {a * 1e3:.1f}ms + {b * 1e3:.1f}ms*usage) "
+        f"that is {concurrency:.0f} sequences, {batch:.0f} per replica at KV usage {per_replica_usage:.2f}"
     )
     worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling)
-    fb = snap.ready_replicas * worst if worst > 1.0 else None
-    feedback = fb is not None and snap.starting_replicas == 0 and fb > need
+    fb = _feedback_need(memory, snap, worst)
+    feedback = fb is not None and fb > need
     if feedback and fb is not None:
         need = fb
         why = f"ITL p90 {snap.itl_p90_s or 0:.4f}s / KV {usage:.2f} past the limits; " + why
     itl = snap.itl_p90_s
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
-    return _Proposal(need, load, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
+    return _Proposal(need, rate, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -732,18 +745,20 @@ def _remember(
     now: float,
     tuning: Tuning,
     config: PolicyConfig,
+    observation: Observation,
 ) -> PolicyState:
     memory = state.memory(name)
     changed_at, direction = memory.changed_at, memory.direction
     if final.replicas != final.previous:
         changed_at, direction = now, (1 if final.replicas > final.previous else -1)
     history = memory.history
-    observed_at = memory.observed_at
+    observed_at, ready = memory.observed_at, memory.ready
     if proposal.need is not None:
         keep_after = now - max(config.down_window_s, config.up_window_s)
         recommendation = Recommendation(now, _ceil(proposal.need), _ceil(proposal.need / (1.0 - tuning.down_tolerance)))
         history = (*(r for r in history if r.at >= keep_after), recommendation)
         observed_at = memory.observed_at if memory.observed_at is not None else now
+        ready = observation.pool(name).ready_replicas
     return state.with_memory(
         name,
         PoolMemory(
@@ -752,6 +767,7 @@ def _remember(
             direction=direction,
             history=history,
             observed_at=observed_at,
+            ready=ready,
         ),
     )
 

@@ -1,0 +1,204 @@
+"""Policies in the simulator's loop: ours (the repository's disagg.scaling.policy, imported from operator/) and an
+HPA-style baseline. Both see the same thing: 1-second telemetry (what a scrape of vLLM /metrics would give) reduced
+to a per-pool snapshot every evaluation interval.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "operator"))
+
+from sim import ITL_SLO_MS, MAX_GPUS, MAX_REPLICAS, TTFT_SLO_MS  # noqa: E402
+
+from disagg.api.deployment import DisaggDeploymentSpec  # noqa: E402 - the repository's own code, not a copy
+from disagg.scaling.policy import PolicyState, decide  # noqa: E402
+from disagg.scaling.snapshot import Observation, PoolSnapshot  # noqa: E402
+
+INTERVAL_S = 15.0
+
+
+def spec(interval_s: float = INTERVAL_S) -> DisaggDeploymentSpec:
+    """The DisaggDeployment spec the operator would read: SLOs, limits, budget. 1-GPU replicas as in the profile."""
+    auto = {"enabled": True, "minReplicas": 1, "maxReplicas": MAX_REPLICAS}
+    return DisaggDeploymentSpec.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct-FP8"},
+            "prefill": {"replicas": 2, "autoscaling": auto},
+            "decode": {"replicas": 2, "autoscaling": auto},
+            "scaling": {
+                "interval": f"{interval_s:g}s",
+                "slo": {"ttftP90": f"{TTFT_SLO_MS:g}ms", "itlP90": f"{ITL_SLO_MS:g}ms"},
+                "maxGpus": MAX_GPUS,
+            },
+        }
+    )
+
+
+def weighted_p90(values: list[tuple[float, float]]) -> float | None:
+    """p90 of per-second averages weighted by their request counts (the scrape cannot see single requests)."""
+    values = [(v, w) for v, w in values if w > 0]
+    if not values:
+        return None
+    values.sort()
+    total = sum(w for _, w in values)
+    seen = 0.0
+    for value, weight in values:
+        seen += weight
+        if seen >= 0.9 * total:
+            return value
+    return values[-1][0]
+
+
+class Window:
+    """Telemetry samples since the last evaluation, reduced to the typed snapshot the policy takes."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.capacity: list[tuple[float, float]] = []
+
+    def add(self, sample: dict[str, Any]) -> None:
+        self.samples.append(sample)
+
+    def add_fpm(self, fpms: list[dict[str, Any]]) -> None:
+        """Prefill iteration records: tokens computed and wall time, i.e. throughput while busy."""
+        for fpm in fpms:
+            if fpm.get("num_prefill_requests", 0) > 0 and fpm.get("wall_time", 0.0) > 0:
+                self.capacity.append((float(fpm["sum_prefill_tokens"]), float(fpm["wall_time"])))
+
+    def snapshot(self, pool: str, now_s: float, tick: dict[str, Any]) -> PoolSnapshot:
+        samples = self.samples
+        window = float(len(samples))
+        ready = int(tick[f"active_{pool}_count"])
+        starting = int(tick[f"starting_{pool}_count"])
+        if not samples:
+            return PoolSnapshot(pool, now_s, 0.0, ready, starting)  # type: ignore[arg-type]
+        traffic = [s["traffic"] for s in samples]
+        workers = [s[f"{pool}_scheduler_metrics"] for s in samples]
+        interval = [s[f"{pool}_interval_metrics"] for s in samples]
+        arriving = sum(t["arriving_requests"] for t in traffic)
+        prompt = sum(t["arriving_requests"] * t["avg_isl"] for t in traffic)
+        hit = sum(m["cache_hit_tokens"] for m in interval)
+        looked = sum(m["cache_total_tokens"] for m in interval)
+        pending = sum(s[f"router_pending_{pool}_requests"] for s in samples) / window
+        tokens, busy = sum(c[0] for c in self.capacity), sum(c[1] for c in self.capacity)
+        return PoolSnapshot(
+            pool=pool,  # type: ignore[arg-type]
+            taken_at=now_s,
+            window_s=window,
+            ready_replicas=ready,
+            starting_replicas=starting,
+            request_rate=arriving / window,
+            prompt_token_rate=prompt / window,
+            generation_token_rate=sum(t["accept_length_forward_count"] for t in traffic) / window,
+            prefix_hit_rate=hit / looked if looked else 0.0,
+            waiting_requests=sum(sum(w["waiting_requests"] for w in ws) for ws in workers) / window + pending,
+            running_requests=sum(sum(w["running_requests"] for w in ws) for ws in workers) / window,
+            kv_cache_usage=_mean_usage(workers),
+            ttft_p90_s=_p90(traffic, "avg_ttft_ms", "ttft_count"),
+            itl_p90_s=_p90(traffic, "avg_itl_ms", "itl_count"),
+            prefill_tokens_per_busy_s=tokens / busy if busy > 0 and pool == "prefill" else None,
+        )
+
+    def reset(self) -> None:
+        self.samples, self.capacity = [], []
+
+
+def _mean_usage(workers: list[list[dict[str, Any]]]) -> float | None:
+    values = [w["active_cache_usage"] for ws in workers for w in ws]
+    return sum(values) / len(values) if values else None
+
+
+def _p90(traffic: list[dict[str, Any]], key: str, count: str) -> float | None:
+    p90 = weighted_p90([(t[key], t[count]) for t in traffic if t.get(key) is not None])
+    return None if p90 is None else p90 / 1000.0
+
+
+class _Ticking:
+    """Ticks every second to collect prefill iteration records; evaluates every `interval_s`."""
+
+    interval_s = INTERVAL_S
+
+    def __init__(self) -> None:
+        self.window = Window()
+        self.next_eval_s = self.interval_s
+        self.decisions: list[tuple[float, int | None, int | None, str]] = []
+
+    def initial_tick_ms(self) -> float:
+        return 1000.0
+
+    def on_telemetry(self, sample: dict[str, Any]) -> None:
+        self.window.add(sample)
+
+    def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        now = snapshot["now_ms"] / 1000.0
+        self.window.add_fpm(snapshot.get("prefill_fpm_snapshots", []))
+        target_p = target_d = None
+        if now + 1e-6 >= self.next_eval_s:
+            target_p, target_d = self.evaluate(now, snapshot)
+            self.window.reset()
+            self.next_eval_s = now + self.interval_s
+        return {"target_prefill": target_p, "target_decode": target_d, "next_tick_ms": (now + 1.0) * 1000.0}
+
+    def evaluate(self, now: float, snapshot: dict[str, Any]) -> tuple[int | None, int | None]:
+        raise NotImplementedError
+
+
+class Ours(_Ticking):
+    """disagg.scaling.policy.decide, called exactly as the operator's actuator will call it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = spec(self.interval_s)
+        self.state: PolicyState | None = None
+
+    def evaluate(self, now: float, snapshot: dict[str, Any]) -> tuple[int | None, int | None]:
+        observation = Observation(
+            prefill=self.window.snapshot("prefill", now, snapshot),
+            decode=self.window.snapshot("decode", now, snapshot),
+        )
+        decision = decide(self.spec, observation, self.state, now)
+        self.state = decision.state
+        p = decision.prefill.replicas if decision.prefill else None
+        d = decision.decode.replicas if decision.decode else None
+        if decision.changed:
+            reasons = [x.reason for x in (decision.prefill, decision.decode) if x is not None and x.changed]
+            self.decisions.append((now, p, d, " | ".join(reasons)))
+        return p, d
+
+
+class Hpa(_Ticking):
+    """Kubernetes HPA semantics per pool: desired = ceil(N * metric / target), 10% tolerance, scale-up at once
+    (at most max(4, 100%) per sync), scale-down to the highest recommendation of the last 300 s.
+    Prefill on waiting requests per replica (target 5), decode on KV cache usage (target 0.7): the recipes of
+    Dynamo's and vLLM production-stack's autoscaling docs."""
+
+    window_s = 300.0
+
+    def __init__(self, queue_target: float = 5.0, kv_target: float = 0.7) -> None:
+        super().__init__()
+        self.targets = {"prefill": queue_target, "decode": kv_target}
+        self.current: dict[str, int] = {}
+        self.history: dict[str, list[tuple[float, int]]] = {"prefill": [], "decode": []}
+
+    def evaluate(self, now: float, snapshot: dict[str, Any]) -> tuple[int | None, int | None]:
+        out = []
+        for pool in ("prefill", "decode"):
+            snap = self.window.snapshot(pool, now, snapshot)
+            n = self.current.get(pool, snap.ready_replicas + snap.starting_replicas)
+            ready = max(snap.ready_replicas, 1)
+            metric = (snap.waiting_requests or 0.0) / ready if pool == "prefill" else snap.kv_cache_usage or 0.0
+            ratio = metric / self.targets[pool]
+            desired = n if abs(ratio - 1.0) <= 0.1 else math.ceil(ready * ratio)
+            desired = min(max(desired, 1), MAX_REPLICAS)
+            history = [(t, r) for t, r in self.history[pool] if t > now - self.window_s] + [(now, desired)]
+            self.history[pool] = history
+            n = min(desired, n + max(4, n)) if desired > n else min(n, max(r for _, r in history))
+            self.current[pool] = n
+            out.append(n)
+        self.decisions.append((now, out[0], out[1], "hpa"))
+        return out[0], out[1]

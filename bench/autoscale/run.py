@@ -1,0 +1,322 @@
+"""Benchmark: our scaling policy against static, HPA-style and Dynamo Planner baselines in Dynamo's offline replay.
+
+Run through `make -C bench/autoscale` (builds the pinned venv first), or with that venv's python:
+    python bench/autoscale/run.py [--workloads steady,bursty] [--quick]
+Writes bench/autoscale/results/{results.json,results.md,*.png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import policies  # noqa: E402
+import sim  # noqa: E402
+import workloads  # noqa: E402
+
+SEED = 20261130
+WINDOW_S = 60.0
+ATTAINMENT_TARGET = 0.95
+INITIAL = (2, 2)
+"""Where every autoscaler starts (spec.replicas): a plausible first guess, not the answer."""
+RESULTS = HERE / "results"
+CACHE = Path(os.environ.get("DISAGG_CACHE_DIR", Path.home() / ".cache/disagg-operator")) / "bench-autoscale"
+
+
+@dataclass
+class Row:
+    workload: str
+    policy: str
+    attainment: float
+    """Share of 1-minute windows whose TTFT p90 and ITL p90 both meet the SLO."""
+    ttft_attainment: float
+    itl_attainment: float
+    request_attainment: float
+    """Share of requests meeting both SLOs (TTFT, and mean ITL of the request)."""
+    gpu_hours: float
+    reaction_s: float | None
+    """Mean time from a load step to the first replica increase (None: no step, or never reacted)."""
+    reversals_per_hour: float
+    scale_actions: int
+    lost_requests: int
+    ttft_p90_ms: float
+    itl_p90_ms: float
+    config: str = ""
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def window_attainment(per_request: list[dict[str, Any]]) -> tuple[float, float, float]:
+    windows: dict[int, list[dict[str, Any]]] = {}
+    for r in per_request:
+        windows.setdefault(int(r["arrival_time_ms"] / 1000.0 // WINDOW_S), []).append(r)
+    ok = ttft_ok = itl_ok = 0
+    for reqs in windows.values():
+        # A request that never produced a token counts as infinitely late.
+        ttft = p90([r["ttft_ms"] if r.get("ttft_ms") is not None else math.inf for r in reqs])
+        itls = [r["itl_ms"] for r in reqs if r.get("itl_ms") is not None]
+        itl = p90(itls) if itls else 0.0
+        ttft_ok += ttft <= sim.TTFT_SLO_MS
+        itl_ok += itl <= sim.ITL_SLO_MS
+        ok += ttft <= sim.TTFT_SLO_MS and itl <= sim.ITL_SLO_MS
+    n = max(len(windows), 1)
+    return ok / n, ttft_ok / n, itl_ok / n
+
+
+def window_p90s(per_request: list[dict[str, Any]]) -> list[tuple[float, float, float]]:
+    windows: dict[int, list[dict[str, Any]]] = {}
+    for r in per_request:
+        windows.setdefault(int(r["arrival_time_ms"] / 1000.0 // WINDOW_S), []).append(r)
+    out = []
+    for w in sorted(windows):
+        reqs = windows[w]
+        ttft = p90([r["ttft_ms"] if r.get("ttft_ms") is not None else math.inf for r in reqs])
+        itls = [r["itl_ms"] for r in reqs if r.get("itl_ms") is not None]
+        out.append((w * WINDOW_S, ttft, p90(itls) if itls else 0.0))
+    return out
+
+
+def replica_series(samples: list[dict[str, Any]], pool: str) -> list[tuple[float, int]]:
+    """Ordered replicas (active + starting) over time: what the policy asked for, as applied."""
+    return [(s["t"], s[pool]["active"] + s[pool]["starting"]) for s in samples]
+
+
+def gpu_hours(samples: list[dict[str, Any]]) -> float:
+    """Every replica that holds a GPU, starting and draining included, one GPU each, 1-second samples."""
+    held = sum(s[p][k] for s in samples for p in ("prefill", "decode") for k in ("active", "starting", "draining"))
+    return held / 3600.0
+
+
+def changes(series: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    out = []
+    for (_, a), (t, b) in itertools.pairwise(series):
+        if b != a:
+            out.append((t, 1 if b > a else -1))
+    return out
+
+
+def reversals(series: list[tuple[float, int]]) -> int:
+    directions = [d for _, d in changes(series)]
+    return sum(1 for a, b in itertools.pairwise(directions) if a != b)
+
+
+def reaction(samples: list[dict[str, Any]], steps: tuple[float, ...]) -> float | None:
+    if not steps:
+        return None
+    times = []
+    for step in steps:
+        ups = [t for pool in ("prefill", "decode") for t, d in changes(replica_series(samples, pool)) if d > 0]
+        after = [t - step for t in ups if t >= step]
+        if after:
+            times.append(min(after))
+    return sum(times) / len(times) if times else None
+
+
+def evaluate(workload: workloads.Workload, name: str, result: sim.Replay, config: str = "") -> Row:
+    per = result.per_request
+    attain, ttft_att, itl_att = window_attainment(per)
+    good = sum(
+        1
+        for r in per
+        if r.get("ttft_ms") is not None
+        and r["ttft_ms"] <= sim.TTFT_SLO_MS
+        and (r.get("itl_ms") or 0.0) <= sim.ITL_SLO_MS
+    )
+    hours = (result.samples[-1]["t"] - result.samples[0]["t"]) / 3600.0 if result.samples else 1.0
+    series = [replica_series(result.samples, p) for p in ("prefill", "decode")]
+    return Row(
+        workload=workload.name,
+        policy=name,
+        attainment=attain,
+        ttft_attainment=ttft_att,
+        itl_attainment=itl_att,
+        request_attainment=good / max(len(per), 1),
+        gpu_hours=gpu_hours(result.samples),
+        reaction_s=reaction(result.samples, workload.steps_s),
+        reversals_per_hour=sum(reversals(s) for s in series) / max(hours, 1e-9),
+        scale_actions=sum(len(changes(s)) for s in series),
+        lost_requests=sum(1 for r in per if r.get("terminal_status") != "completed")
+        + len(workload.requests)
+        - len(per),
+        ttft_p90_ms=p90([r["ttft_ms"] for r in per if r.get("ttft_ms") is not None]),
+        itl_p90_ms=p90([r["itl_ms"] for r in per if r.get("itl_ms") is not None]),
+        config=config,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Baselines that need several replays
+
+
+class Static:
+    """Cheapest fixed (P, D) over the whole trace that meets the attainment target (B0 of the protocol).
+
+    TTFT depends on the prefill count and ITL on the decode count almost separately, so the search finds the
+    smallest P meeting the TTFT windows with decode generous, the smallest D meeting the ITL windows with prefill
+    generous, then walks up from (P, D) until both hold together. Every replay it does is kept.
+    """
+
+    def __init__(self, workload: workloads.Workload, trace: Path, npz: Path) -> None:
+        self.workload, self.trace, self.npz = workload, trace, npz
+        self.tried: dict[tuple[int, int], Row] = {}
+        self.replays: dict[tuple[int, int], sim.Replay] = {}
+
+    def row(self, p: int, d: int) -> Row:
+        if (p, d) not in self.tried:
+            result = sim.replay(self.trace, self.npz, p, d)
+            self.replays[(p, d)] = result
+            self.tried[(p, d)] = evaluate(self.workload, "static", result, f"{p}P{d}D")
+        return self.tried[(p, d)]
+
+    def smallest(self, ok: Callable[[int], bool]) -> int | None:
+        lo, hi = 1, sim.MAX_REPLICAS
+        if not ok(hi):
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def best(self) -> tuple[Row | None, sim.Replay | None]:
+        big = sim.MAX_REPLICAS
+        p = self.smallest(lambda n: self.row(n, big).ttft_attainment >= ATTAINMENT_TARGET)
+        d = self.smallest(lambda n: self.row(big, n).itl_attainment >= ATTAINMENT_TARGET)
+        if p is None or d is None:
+            return None, None
+        frontier = [(p, d)]
+        while frontier:
+            frontier.sort(key=lambda c: (c[0] + c[1], c))
+            cp, cd = frontier.pop(0)
+            if self.row(cp, cd).attainment >= ATTAINMENT_TARGET:
+                return self.tried[(cp, cd)], self.replays[(cp, cd)]
+            frontier += [c for c in ((cp + 1, cd), (cp, cd + 1)) if max(c) <= big and c not in self.tried]
+        return None, None
+
+
+def planner_config(target: str) -> dict[str, Any]:
+    """Dynamo Planner (its own code, from the ai-dynamo wheel) in the same replay, same SLOs, budget and limits."""
+    return {
+        "mode": "disagg",
+        "backend": "mocker",
+        "environment": "virtual",
+        "optimization_target": target,
+        "enable_load_scaling": True,
+        "enable_throughput_scaling": False,
+        "pre_deployment_sweeping_mode": "none",
+        "ttft": sim.TTFT_SLO_MS,
+        "itl": sim.ITL_SLO_MS,
+        "max_gpu_budget": sim.MAX_GPUS,
+        "min_endpoint": 1,
+        "report_interval_hours": None,
+        "live_dashboard_port": 0,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Driver
+
+
+def _trace(result: sim.Replay) -> dict[str, Any]:
+    """What the plots need from one replay: replicas every 10 s and the per-window p90s."""
+    every = result.samples[::10]
+    return {
+        "t": [x["t"] for x in every],
+        "prefill": [x["prefill"]["active"] + x["prefill"]["starting"] for x in every],
+        "decode": [x["decode"]["active"] + x["decode"]["starting"] for x in every],
+        "windows": window_p90s(result.per_request),
+    }
+
+
+def run_workload(name: str, npz: Path, planners: list[str], log: Callable[[str], None]) -> dict[str, Any]:
+    workload = workloads.ALL[name](SEED)
+    trace = workload.write(CACHE / f"{name}.jsonl")
+    rows: list[Row] = []
+    traces: dict[str, Any] = {}
+    started = time.time()
+    for label, make in (("ours", policies.Ours), ("hpa", policies.Hpa)):
+        policy = make()
+        result = sim.replay(trace, npz, *INITIAL, policy=policy)
+        rows.append(evaluate(workload, label, result))
+        traces[label] = _trace(result)
+        if label == "ours":
+            traces["ours_decisions"] = result.decisions
+        log(f"  {name}/{label}: {time.time() - started:.0f}s")
+    failures = {}
+    for target in planners:
+        label = f"planner-{target}"
+        try:
+            result = sim.replay(trace, npz, *INITIAL, planner_config=planner_config(target))
+        except Exception as exc:  # the Planner's dependency stack is fragile; report, keep the other baselines
+            failures[label] = f"{type(exc).__name__}: {exc}"
+            log(f"  {name}/{label} failed: {failures[label]}")
+            continue
+        rows.append(evaluate(workload, label, result))
+        traces[label] = _trace(result)
+        log(f"  {name}/{label}: {time.time() - started:.0f}s")
+    static = Static(workload, trace, npz)
+    best, replay = static.best()
+    if best is not None and replay is not None:
+        rows.append(best)
+        traces["static"] = _trace(replay)
+    log(
+        f"  {name}/static ({len(static.tried)} replays, best {best.config if best else 'none'}): "
+        f"{time.time() - started:.0f}s"
+    )
+    per_minute = [0] * int(workloads.MINUTES)
+    for r in workload.requests:
+        per_minute[min(int(r.at_s // 60), len(per_minute) - 1)] += 1
+    return {
+        "workload": name,
+        "description": workload.description,
+        "requests": len(workload.requests),
+        "steps_s": list(workload.steps_s),
+        "arrivals_per_minute": per_minute,
+        "rows": [asdict(r) for r in rows],
+        "static_tried": [asdict(v) for v in static.tried.values()],
+        "planner_failures": failures,
+        "traces": traces,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workloads", default=",".join(workloads.ALL))
+    parser.add_argument("--planners", default="sla", help="Dynamo Planner optimisation targets to run")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--no-report", action="store_true", help="only write the per-workload partial results")
+    args = parser.parse_args()
+    partial = CACHE / "partial"
+    partial.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    npz = sim.profile_npz(CACHE)
+    planners = [p for p in args.planners.split(",") if p]
+    for name in args.workloads.split(","):
+        print(f"{name}:", flush=True)
+        result = run_workload(name, npz, planners, lambda m: print(m, flush=True))
+        (partial / f"{name}.json").write_text(json.dumps(result))
+    if not args.no_report:
+        import report
+
+        report.write(args.out, [json.loads((partial / f"{n}.json").read_text()) for n in workloads.ALL])
+
+
+if __name__ == "__main__":
+    main()

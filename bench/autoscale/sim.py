@@ -1,0 +1,134 @@
+"""One replay in Dynamo's offline simulator (ai-dynamo-runtime's Rust mocker), with a scaling policy in the loop.
+
+The simulator calls `policy.on_tick(snapshot)` at times the policy chooses and applies absolute replica targets,
+with a start-up delay for new workers and draining for removed ones. A 1-second telemetry stream (scheduler
+queue, running requests, KV usage and traffic averages per worker) is what a Prometheus scrape would see; the
+policies read only that and the tick snapshot, never the future or per-request data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+os.environ.setdefault("DYN_LOG", "warn")
+logging.disable(logging.WARNING)
+
+import dynamo._core as core  # noqa: E402 - DYN_LOG must be set first
+
+STARTUP_S = 60.0
+TTFT_SLO_MS = 500.0
+ITL_SLO_MS = 20.0
+MAX_REPLICAS = 8
+MAX_GPUS = 16
+
+
+def profile_npz(cache: Path) -> Path:
+    """The H200 / Llama-3.1-8B-FP8 TP1 profile shipped in the ai-dynamo wheel, converted to the mocker's format."""
+    from dynamo.mocker.utils.planner_profiler_perf_data_converter import convert_profile_results_to_npz
+
+    out = cache / "h200_tp1.npz"
+    if not out.exists():
+        import dynamo.planner
+
+        source = Path(dynamo.planner.__file__).parent / "tests/data/profiling_results/H200_TP1P_TP1D"
+        convert_profile_results_to_npz(source, out)
+    return out
+
+
+def engine_args(kind: str, npz: Path) -> Any:
+    return core._normalize_mocker_config(
+        json.dumps(
+            {
+                "startup_time": STARTUP_S,
+                "engine": {
+                    "worker_type": kind,
+                    "block_size": 64,
+                    "max_model_len": 16384,
+                    "timing_model": {"type": "external", "provider": "dynamo_profile", "config": {"path": str(npz)}},
+                },
+            }
+        )
+    )
+
+
+class Policy(Protocol):
+    def initial_tick_ms(self) -> float: ...
+
+    def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]: ...
+
+    def on_telemetry(self, sample: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Replay:
+    per_request: list[dict[str, Any]]
+    summary: dict[str, Any]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """The 1-second telemetry: replica counts over time come from here for every policy alike."""
+    decisions: list[tuple[float, int | None, int | None, str]] = field(default_factory=list)
+
+
+def replay(
+    trace: Path,
+    npz: Path,
+    prefill: int,
+    decode: int,
+    policy: Policy | None = None,
+    planner_config: dict[str, Any] | None = None,
+) -> Replay:
+    samples: list[dict[str, Any]] = []
+
+    def on_sample(sample: dict[str, Any]) -> None:
+        samples.append(_slim(sample))
+        if policy is not None:
+            policy.on_telemetry(sample)
+
+    common: dict[str, Any] = {
+        "prefill_engine_args": engine_args("prefill", npz),
+        "decode_engine_args": engine_args("decode", npz),
+        "num_prefill_workers": prefill,
+        "num_decode_workers": decode,
+        "router_mode": "kv_router",
+        "trace_block_size": 512,
+        "sla_ttft_ms": TTFT_SLO_MS,
+        "sla_itl_ms": ITL_SLO_MS,
+        "capture_per_request": True,
+    }
+    if planner_config is not None:
+        from dynamo.replay import run_trace_replay
+        from dynamo.replay.api import TelemetryOptions
+
+        report = run_trace_replay(
+            [str(trace)],
+            planner_config=planner_config,
+            telemetry_options=TelemetryOptions(sample_interval_ms=1000.0, callback=on_sample),
+            **common,
+        )
+        return Replay(list(report.per_request or []), dict(report.summary), samples)
+    result = core.run_mocker_trace_replay(
+        [str(trace)],
+        replay_mode="offline",
+        scaling_policy=policy,
+        telemetry_sample_interval_ms=1000.0,
+        telemetry_callback=on_sample,
+        **common,
+    )
+    decisions = list(getattr(policy, "decisions", []))
+    return Replay(list(result.per_request), dict(result.summary), samples, decisions)
+
+
+def _slim(sample: dict[str, Any]) -> dict[str, Any]:
+    """Keep what the report needs from a telemetry sample (the full samples are large)."""
+    pools = {}
+    for pool in ("prefill", "decode"):
+        pools[pool] = {
+            "active": len(sample.get(f"active_{pool}_ids", [])),
+            "starting": len(sample.get(f"starting_{pool}_ids", [])),
+            "draining": len(sample.get(f"draining_{pool}_ids", [])),
+        }
+    return {"t": sample["sampled_at_ms"] / 1000.0, **pools}
