@@ -58,15 +58,20 @@ class State:
         path = Layout(root).state_file
         if not path.is_file():
             return None
-        data: dict[str, Any] = json.loads(path.read_text())
-        return cls(
-            root=root,
-            bin_dir=Path(data["bin_dir"]),
-            ports=Ports.from_json(data["ports"]),
-            components=list(data["components"]),
-            processes=[procs.ProcessRecord.from_json(p) for p in data["processes"]],
-            started_at=float(data["started_at"]),
-        )
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            return cls(
+                root=root,
+                bin_dir=Path(data["bin_dir"]),
+                ports=Ports.from_json(data["ports"]),
+                components=list(data["components"]),
+                processes=[procs.ProcessRecord.from_json(p) for p in data["processes"]],
+                started_at=float(data["started_at"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            # Written by another version of this code: treat as unknown; its
+            # processes are still found and stopped via procs.strays().
+            return None
 
     def api(self) -> Api:
         return Api(components.apiserver_url(self.ports), self.layout.pki)
@@ -227,7 +232,7 @@ def status(root: Path) -> Report:
     root = root.resolve()
     state = State.load(root)
     if state is None:
-        return Report(False, [f"not running (no state in {root})"])
+        return Report(False, [f"not running (no usable state in {root})"])
     lines = [f"state: {root}", f"apiserver: {components.apiserver_url(state.ports)}"]
     for p in state.processes:
         lines.append(f"  {p.name:<24} pid {p.pid:<8} {'running' if procs.is_alive(p) else 'DEAD'}")
