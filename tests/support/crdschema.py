@@ -34,6 +34,10 @@ _JUNCTORS = ("anyOf", "allOf", "oneOf", "not")
 
 def structural_violations(schema: Mapping[str, Any], path: str = "") -> Iterator[str]:
     """Yield every way `schema` breaks the structural-schema rules of apiextensions.k8s.io/v1."""
+    if path == "" and "metadata" in schema.get("properties", {}):
+        extra = set(schema["properties"]["metadata"]) - {"type"}
+        if extra:
+            yield f"metadata: only type may be given at the root (found {sorted(extra)})"
     for key in FORBIDDEN_KEYS & set(schema):
         yield f"{path or '<root>'}: forbidden keyword {key}"
     if schema.get("uniqueItems") is True:
@@ -58,6 +62,14 @@ def structural_violations(schema: Mapping[str, Any], path: str = "") -> Iterator
         errors = list(OAS30Validator(_strip_extensions(schema)).iter_errors(schema["default"]))
         for error in errors:
             yield f"{path}: default {schema['default']!r} is invalid: {error.message}"
+    if "default" in schema:
+        for rule in schema.get("x-kubernetes-validations", []):
+            environment = celpy.Environment()
+            outcome = environment.program(environment.compile(rule["rule"])).evaluate(
+                {"self": celpy.json_to_cel(schema["default"])}
+            )
+            if isinstance(outcome, Exception) or not bool(outcome):
+                yield f"{path}: default {schema['default']!r} fails CEL rule {rule['rule']!r}: {outcome}"
     map_keys = schema.get("x-kubernetes-list-map-keys")
     if map_keys:
         required = set(schema.get("items", {}).get("required", []))
@@ -78,9 +90,14 @@ def structural_violations(schema: Mapping[str, Any], path: str = "") -> Iterator
 
 
 def undescribed_properties(schema: Mapping[str, Any], path: str = "") -> Iterator[str]:
-    """Yield the path of every property that `kubectl explain` would show without a description."""
+    """Yield the path of every property that `kubectl explain` would show without a description.
+
+    The root `metadata` is exempt: the API server forbids anything but its type, and documents it itself.
+    """
     for name, child in schema.get("properties", {}).items():
         child_path = f"{path}.{name}" if path else name
+        if child_path == "metadata":
+            continue
         if not child.get("description"):
             yield child_path
         yield from undescribed_properties(child, child_path)

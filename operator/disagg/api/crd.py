@@ -164,9 +164,11 @@ def _settle_default(result: dict[str, Any]) -> None:
         return
     default = result["default"]
     if result.get("type") == "object" and "properties" in result and isinstance(default, Mapping):
-        # Nested defaults only apply when the parent exists, so an object defaults to {} and its own properties'
-        # defaults fill it in.
-        result["default"] = {}
+        # The object's default is spelled out from its properties' own (already settled) defaults: the API server
+        # checks a default against the node's CEL rules as written, without defaulting inside it first.
+        result["default"] = {
+            name: child["default"] for name, child in result["properties"].items() if "default" in child
+        }
     elif isinstance(default, Mapping | list) and not default:
         del result["default"]  # an empty map or list is the same as absent
     elif default is None:
@@ -186,7 +188,8 @@ def resource_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion of this object: disagg.dev/v1alpha1."},
             "kind": {"type": "string", "description": "Kind of this object: DisaggDeployment."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # The API server refuses anything but `type` here (metadata is defined by Kubernetes itself).
+            "metadata": {"type": "object"},
             "spec": {**spec, "description": "Desired state of the DisaggDeployment."},
             "status": {**status, "description": "Observed state, written by the operator."},
         },

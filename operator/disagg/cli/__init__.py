@@ -9,6 +9,7 @@ from disagg import __version__
 from .crd import crd
 from .plan import plan_command
 from .render import render
+from .run import run
 from .validate import validate
 
 
@@ -22,6 +23,7 @@ cli.add_command(crd)
 cli.add_command(validate)
 cli.add_command(render)
 cli.add_command(plan_command)
+cli.add_command(run)
 
 
 def main() -> None:

@@ -1,0 +1,105 @@
+"""What the reconciler knows about children: identity, ownership, workload progress. Pure functions of objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from disagg.plan.names import LABEL_DEPLOYMENT, MANAGED_BY
+
+FIELD_MANAGER = "disagg-operator"
+REPLICAS_MANAGER = "disagg-operator-replicas"
+"""A second field manager that holds `spec.replicas` of autoscaled workloads, so the main apply can omit the
+field without the API server resetting it (see docs/decisions.md, "replicas ownership")."""
+
+ChildKey = tuple[str, str]
+"""(kind, name) of a child inside its namespace."""
+
+MANAGED_KINDS: dict[str, str] = {
+    "ServiceAccount": "v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "ConfigMap": "v1",
+    "Service": "v1",
+    "Deployment": "apps/v1",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
+}
+"""Every kind the operator creates, with its apiVersion. Pruning looks only at these."""
+
+
+def child_key(obj: dict[str, Any]) -> ChildKey:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def owner_selector(deployment: str) -> str:
+    return f"{LABEL_DEPLOYMENT}={deployment},app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    metadata = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs)
+
+
+def select_prunable(desired: set[ChildKey], live: list[dict[str, Any]], owner_uid: str) -> list[dict[str, Any]]:
+    """Live children that are ours (our labels and our controller reference) but no longer desired.
+
+    Objects carrying our labels without our owner reference are left alone: someone copied labels, or another
+    DisaggDeployment of the same name once owned them; deleting them would destroy what we do not own.
+    """
+    prunable = [
+        obj
+        for obj in live
+        if obj.get("kind") in MANAGED_KINDS
+        and child_key(obj) not in desired
+        and is_owned_by(obj, owner_uid)
+        and not obj.get("metadata", {}).get("deletionTimestamp")
+    ]
+    return sorted(prunable, key=child_key)
+
+
+@dataclass(frozen=True)
+class WorkloadProgress:
+    """The parts of a Deployment's or LeaderWorkerSet's status the DisaggDeployment reports."""
+
+    desired: int
+    replicas: int
+    ready: int
+    updated: int
+    current_generation: bool
+    stuck_reason: str | None = None
+
+
+def workload_progress(obj: dict[str, Any] | None) -> WorkloadProgress | None:
+    if obj is None:
+        return None
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    desired = int(spec.get("replicas", 1))
+    observed = status.get("observedGeneration")
+    current = observed is None or observed >= obj.get("metadata", {}).get("generation", 0)
+    if obj.get("kind") == "LeaderWorkerSet":
+        current = True  # LeaderWorkerSet status carries no observedGeneration; its replica counts say enough
+    stuck = None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Progressing" and condition.get("reason") == "ProgressDeadlineExceeded":
+            stuck = condition.get("message") or "rollout exceeded its progress deadline"
+    return WorkloadProgress(
+        desired=desired,
+        replicas=int(status.get("replicas", 0) or 0),
+        ready=int(status.get("readyReplicas", 0) or 0),
+        updated=int(status.get("updatedReplicas", 0) or 0),
+        current_generation=current,
+        stuck_reason=stuck,
+    )

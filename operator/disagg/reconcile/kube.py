@@ -1,0 +1,174 @@
+"""A small REST layer over the official client's transport: apply, list, delete, status, events.
+
+It builds paths from the fixed table of kinds the operator manages instead of running API discovery, and speaks
+server-side apply directly. Authentication, TLS and connection pooling are the official client's (aiohttp, the
+same stack kopf uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.aio import client as k8s
+from kubernetes.aio import config as k8s_config
+from kubernetes.aio.client.exceptions import ApiException
+
+from disagg.api.deployment import GROUP, PLURAL, VERSION
+
+from .children import FIELD_MANAGER, MANAGED_KINDS
+
+PLURALS = {
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Deployment": "deployments",
+    "LeaderWorkerSet": "leaderworkersets",
+    "Event": "events",
+    "DisaggDeployment": PLURAL,
+}
+
+
+@dataclass
+class KubeError(Exception):
+    """An API error with what the user needs: the status code, the reason and the server's message."""
+
+    status: int
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @property
+    def transient(self) -> bool:
+        return self.status in (0, 409, 429) or self.status >= 500
+
+    @property
+    def api_missing(self) -> bool:
+        return self.status == 404 and "the server could not find the requested resource" in self.message
+
+
+def _error(exc: ApiException) -> KubeError:
+    try:
+        body = json.loads(exc.body or "{}")
+        return KubeError(exc.status or 0, str(body.get("reason") or exc.reason), str(body.get("message") or exc.body))
+    except (ValueError, TypeError):
+        return KubeError(exc.status or 0, str(exc.reason), str(exc.body))
+
+
+def _base(api_version: str) -> str:
+    return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+
+
+def path(kind: str, namespace: str | None, name: str | None = None, api_version: str | None = None) -> str:
+    version = api_version or MANAGED_KINDS.get(kind) or ("v1" if kind == "Event" else f"{GROUP}/{VERSION}")
+    location = _base(version)
+    if namespace:
+        location += f"/namespaces/{namespace}"
+    location += f"/{PLURALS[kind]}"
+    if name:
+        location += f"/{name}"
+    return location
+
+
+class Kube:
+    """The operator's API calls. One instance per process; safe to share between reconcile workers."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    async def connect(cls) -> Kube:
+        configuration = k8s.Configuration()
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            await k8s_config.load_kube_config(client_configuration=configuration)
+        return cls(k8s.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _request(
+        self,
+        method: str,
+        location: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        serialized = await self._api.param_serialize(
+            method=method,
+            resource_path=location,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = await self._api.call_api(*serialized, _request_timeout=60)
+            data = await response.read()
+        except ApiException as exc:
+            raise _error(exc) from None
+        except OSError as exc:  # connection refused, reset, DNS: worth retrying
+            raise KubeError(0, "ConnectionError", str(exc)) from None
+        if response.status >= 400:
+            raise _error(ApiException(status=response.status, reason=response.reason, body=data.decode()))
+        return json.loads(data) if data else None
+
+    async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply with force: our manager takes back fields someone else changed (drift correction)."""
+        metadata = obj["metadata"]
+        location = path(obj["kind"], metadata.get("namespace"), metadata["name"], obj["apiVersion"])
+        result: dict[str, Any] = await self._request(
+            "PATCH",
+            location,
+            query=[("fieldManager", manager), ("force", "true")],
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    async def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        result = await self._request("GET", path(kind, namespace), query=[("labelSelector", label_selector)])
+        items: list[dict[str, Any]] = result.get("items", [])
+        for item in items:  # list items omit these; children are handled as whole objects
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", MANAGED_KINDS.get(kind, "v1"))
+        return items
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._request("GET", path(kind, namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    async def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}  # never delete a same-named object created after our read
+        try:
+            await self._request("DELETE", path(kind, namespace, name), body=body)
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await self._request(
+            "PATCH",
+            path("DisaggDeployment", namespace, name) + "/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        await self._request("POST", path("Event", namespace), body=event)

@@ -1,0 +1,107 @@
+"""kopf wiring: watch DisaggDeployments and their children, and feed the work queue. No logic lives here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from disagg.api.deployment import GROUP, PLURAL, VERSION
+from disagg.plan.names import LABEL_DEPLOYMENT, MANAGED_BY
+
+from . import metrics
+from .children import MANAGED_KINDS
+from .kube import PLURALS, Kube
+from .reconciler import Reconciler
+
+log = logging.getLogger("disagg.operator")
+
+
+def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Our own prefix for everything kopf might write, so we never collide with another kopf operator.
+        settings.persistence.finalizer = f"{GROUP}/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=GROUP, key="last-handled-configuration"
+        )
+        settings.posting.reporting_component = "disagg-operator"
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # The same sources, in the same order, as our own client: the pod's service account, else KUBECONFIG.
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def deployment_changed(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+        if namespace is None:
+            return
+        if type == "DELETED":
+            reconciler.forget((namespace, name))
+        else:
+            reconciler.request((namespace, name))
+
+    def child_changed(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        owner = labels.get(LABEL_DEPLOYMENT)
+        if owner and namespace:
+            reconciler.request((namespace, owner))
+
+    for kind, api_version in MANAGED_KINDS.items():
+        group, _, version = api_version.rpartition("/")
+        kopf.on.event(
+            group=group,
+            version=version,
+            plural=PLURALS[kind],
+            labels={"app.kubernetes.io/managed-by": MANAGED_BY},
+            registry=registry,
+            id=f"child-{kind.lower()}",
+        )(child_changed)
+
+    @kopf.on.probe(id="queue", registry=registry)
+    def queue_depth(**_: Any) -> int:
+        return len(reconciler.queue)
+
+    return registry
+
+
+async def run_operator(
+    namespaces: list[str], liveness_port: int | None, metrics_port: int | None, workers: int, resync_seconds: float
+) -> None:
+    """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if metrics_port:
+        metrics.serve(metrics_port)
+    kube = await Kube.connect()
+    reconciler = Reconciler(kube, instance=socket.gethostname())
+    registry = build_registry(reconciler)
+    liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
+    log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")
+    try:
+        await asyncio.gather(
+            kopf.operator(
+                registry=registry,
+                standalone=True,
+                clusterwide=not namespaces,
+                namespaces=[re.compile(f"^{re.escape(ns)}$") for ns in namespaces],
+                liveness_endpoint=liveness,
+                stop_flag=stop,
+            ),
+            reconciler.run(workers, resync_seconds, stop),
+        )
+    finally:
+        await kube.close()

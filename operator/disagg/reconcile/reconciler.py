@@ -1,0 +1,240 @@
+"""One idempotent pass per DisaggDeployment: validate -> render -> apply -> prune -> observe -> status -> events.
+
+Level-triggered: every pass recomputes the full desired state from the spec and the live children, so it is safe
+after a restart, a crash mid-pass, a stale event, or any number of repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from disagg.api.validate import validate_deployment
+from disagg.plan import build_plan
+from disagg.render import render_plan
+
+from . import metrics
+from .children import (
+    MANAGED_KINDS,
+    REPLICAS_MANAGER,
+    ChildKey,
+    child_key,
+    owner_reference,
+    owner_selector,
+    select_prunable,
+)
+from .events import Notice, event_object, notices_for
+from .kube import Kube, KubeError
+from .ownership import replicas_action, replicas_patch
+from .status import Observation, StatusReport, compute_status
+from .workqueue import Key, WorkQueue
+
+log = logging.getLogger("disagg.reconcile")
+
+API_HINTS = {
+    "LeaderWorkerSet": "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not installed, and a pool with "
+    "nodesPerReplica > 1 needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use "
+    "nodesPerReplica 1",
+}
+
+
+def rfc3339_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class RetryLater(Exception):
+    """The pass hit something worth retrying soon (conflict, throttling, an unreachable API server)."""
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, instance: str = "disagg-operator", clock: Callable[[], str] = rfc3339_now) -> None:
+        self.kube = kube
+        self.instance = instance
+        self.clock = clock
+        self.queue = WorkQueue()
+        self.known: set[Key] = set()
+        self.phases: dict[Key, str] = {}
+
+    # -- entry points used by the kopf handlers -----------------------------------------------------------------
+
+    def request(self, key: Key) -> None:
+        self.known.add(key)
+        self.queue.add(key)
+        metrics.QUEUE_DEPTH.set(len(self.queue))
+
+    def forget(self, key: Key) -> None:
+        self.known.discard(key)
+        self.queue.forget(key)
+        self.phases.pop(key, None)
+        self._export_phases()
+
+    async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
+        tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
+        tasks.append(asyncio.create_task(self._resync(resync_seconds, stop), name="resync"))
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _resync(self, interval: float, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(interval)
+            for key in sorted(self.known):
+                self.queue.add(key)
+
+    async def _worker(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            key = await self.queue.get()
+            metrics.QUEUE_DEPTH.set(len(self.queue))
+            started = time.monotonic()
+            result = "ok"
+            try:
+                outcome = await self.reconcile(key)
+                self.queue.succeeded(key)
+                if outcome == "retry":
+                    result = "degraded"
+                    self.queue.retry(key)
+            except RetryLater as exc:
+                result = "retry"
+                delay = self.queue.retry(key)
+                metrics.RECONCILE_ERRORS.labels("transient").inc()
+                log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
+            except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+                result = "error"
+                delay = self.queue.retry(key)
+                metrics.RECONCILE_ERRORS.labels("unexpected").inc()
+                log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+            finally:
+                metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
+                self.queue.done(key)
+
+    # -- the pass itself --------------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: Key) -> str:
+        """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
+        namespace, name = key
+        try:
+            owner = await self.kube.get("DisaggDeployment", namespace, name)
+        except KubeError as exc:
+            raise RetryLater(str(exc)) from exc
+        if owner is None or owner["metadata"].get("deletionTimestamp"):
+            self.forget(key)  # owner references let the garbage collector remove the children
+            return "gone"
+        generation = owner["metadata"].get("generation")
+        previous = owner.get("status") or {}
+        result = validate_deployment(owner)
+        if result.deployment is None:
+            metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
+            report = compute_status(Observation(generation, previous, self.clock(), problems=result.problems))
+            await self._publish(owner, previous, report, [])
+            return "invalid"
+
+        plan = build_plan(result.deployment, namespace)
+        desired = render_plan(plan)
+        live = await self._list_children(namespace, name)
+        owned_elsewhere = {(w.kind, w.name) for w in plan.workloads if w.replicas_owned_elsewhere}
+        apply_errors: list[str] = []
+        missing: list[str] = []
+        notices: list[Notice] = []
+        for obj in desired:
+            obj["metadata"]["namespace"] = namespace
+            obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
+            key_of = child_key(obj)
+            try:
+                applied = await self._apply_child(obj, key_of in owned_elsewhere)
+            except KubeError as exc:
+                if exc.api_missing:
+                    missing.append(API_HINTS.get(obj["kind"], f"the {obj['kind']} API is not installed"))
+                    continue
+                if exc.transient:
+                    raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
+                apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                continue
+            metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
+            if key_of not in live:
+                notices.append(Notice("Normal", "Created", f"created {obj['kind']} {obj['metadata']['name']}"))
+            live[key_of] = applied
+
+        for stale in select_prunable(
+            {child_key(obj) for obj in desired}, list(live.values()), owner["metadata"]["uid"]
+        ):
+            try:
+                await self.kube.delete(
+                    stale["kind"], namespace, stale["metadata"]["name"], stale["metadata"].get("uid")
+                )
+            except KubeError as exc:
+                if exc.transient:
+                    raise RetryLater(str(exc)) from exc
+                apply_errors.append(f"deleting {stale['kind']}/{stale['metadata']['name']}: {exc}")
+                continue
+            metrics.OBJECTS_PRUNED.labels(stale["kind"]).inc()
+            notices.append(Notice("Normal", "Pruned", f"deleted {stale['kind']} {stale['metadata']['name']}"))
+            live.pop(child_key(stale), None)
+
+        observation = Observation(
+            generation, previous, self.clock(), plan=plan, live=live, apply_errors=apply_errors, missing_apis=missing
+        )
+        report = compute_status(observation)
+        await self._publish(owner, previous, report, notices)
+        return "retry" if apply_errors or missing else "ok"
+
+    async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
+        if not owned_elsewhere:
+            return await self.kube.apply(obj)
+        metadata = obj["metadata"]
+        current = await self.kube.get(obj["kind"], metadata["namespace"], metadata["name"])
+        action = replicas_action(True, int(obj["spec"].get("replicas", 1)), current)
+        if current is not None and action.hand_over is not None:
+            await self.kube.apply(replicas_patch(obj, action.hand_over), manager=REPLICAS_MANAGER)
+        if not action.include_in_main_apply:
+            obj["spec"].pop("replicas", None)
+        applied = await self.kube.apply(obj)
+        if current is None and action.hand_over is not None:
+            applied = await self.kube.apply(replicas_patch(obj, action.hand_over), manager=REPLICAS_MANAGER)
+        return applied
+
+    async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
+        live: dict[ChildKey, dict[str, Any]] = {}
+        for kind in MANAGED_KINDS:
+            try:
+                items = await self.kube.list(kind, namespace, owner_selector(name))
+            except KubeError as exc:
+                if exc.api_missing:
+                    continue  # e.g. no LeaderWorkerSet API: there can be no such children either
+                raise RetryLater(str(exc)) from exc
+            for item in items:
+                live[child_key(item)] = item
+        return live
+
+    async def _publish(
+        self, owner: dict[str, Any], previous: dict[str, Any], report: StatusReport, notices: list[Notice]
+    ) -> None:
+        namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+        if report.status != previous:
+            patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
+            patch.update(report.status)
+            try:
+                await self.kube.patch_status(namespace, name, patch)
+            except KubeError as exc:
+                if exc.status == 404:
+                    return
+                raise RetryLater(f"status: {exc}") from exc
+        now = self.clock()
+        for notice in [*notices, *notices_for(report.transitions)]:
+            try:
+                await self.kube.create_event(namespace, event_object(owner, notice, now, self.instance))
+            except KubeError as exc:  # events are best effort; status already says it all
+                log.warning("could not record event %s for %s/%s: %s", notice.reason, namespace, name, exc)
+        self.phases[(namespace, name)] = report.phase
+        self._export_phases()
+
+    def _export_phases(self) -> None:
+        counts: dict[str, int] = {}
+        for phase in self.phases.values():
+            counts[phase] = counts.get(phase, 0) + 1
+        for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
+            metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))

@@ -1,0 +1,223 @@
+"""Status of a DisaggDeployment from what its children report. Pure: the clock comes in as `now`.
+
+Honesty rules: Ready only when every pool has all desired replicas ready on the current revision and the router
+(and render tier and KV store, when present) serves; Degraded, with the reason, when something that worked stops
+working or cannot be created; Progressing while a rollout or scale-up is still under way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from disagg.api.errors import Problem
+from disagg.plan.model import DeploymentPlan, WorkloadPlan
+
+from .children import ChildKey, WorkloadProgress, workload_progress
+from .conditions import ConditionUpdate, Transition, apply_conditions
+
+MAX_MESSAGE = 2000
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile learned, handed to the pure status computation."""
+
+    generation: int | None
+    previous: dict[str, Any]
+    now: str
+    problems: list[Problem] = field(default_factory=list)
+    plan: DeploymentPlan | None = None
+    live: dict[ChildKey, dict[str, Any]] = field(default_factory=dict)
+    apply_errors: list[str] = field(default_factory=list)
+    missing_apis: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    status: dict[str, Any]
+    transitions: list[Transition]
+
+    @property
+    def phase(self) -> str:
+        return str(self.status.get("phase"))
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def compute_status(observation: Observation) -> StatusReport:
+    if observation.plan is None:
+        return _invalid_status(observation)
+    return _valid_status(observation, observation.plan)
+
+
+def _invalid_status(observation: Observation) -> StatusReport:
+    # Children are left exactly as they were, so the other conditions keep describing them.
+    message = "; ".join(str(problem) for problem in observation.problems)
+    conditions, transitions = apply_conditions(
+        observation.previous.get("conditions") or [],
+        [ConditionUpdate("SpecValid", "False", "InvalidSpec", _truncate(message))],
+        observation.generation,
+        observation.now,
+    )
+    status = {
+        **observation.previous,
+        "observedGeneration": observation.generation,
+        "phase": "Invalid",
+        "conditions": conditions,
+    }
+    return StatusReport(status, transitions)
+
+
+@dataclass(frozen=True)
+class _Component:
+    name: str
+    progress: WorkloadProgress | None
+    desired: int
+
+
+def _component(plan_workload: WorkloadPlan, live: dict[ChildKey, dict[str, Any]]) -> _Component:
+    obj = live.get((plan_workload.kind, plan_workload.name))
+    progress = workload_progress(obj)
+    desired = progress.desired if progress and plan_workload.replicas_owned_elsewhere else plan_workload.replicas
+    return _Component(plan_workload.role, progress, desired)
+
+
+def _settled(component: _Component) -> bool:
+    progress = component.progress
+    return (
+        progress is not None
+        and component.desired > 0
+        and progress.current_generation
+        and progress.ready >= component.desired
+        and progress.updated >= component.desired
+    )
+
+
+def _describe(component: _Component) -> str:
+    progress = component.progress
+    if progress is None:
+        return f"{component.name}: not created yet"
+    text = f"{component.name}: {progress.ready}/{component.desired} ready"
+    if progress.updated < component.desired:
+        text += f", {progress.updated} updated"
+    return text
+
+
+def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusReport:
+    components = {workload.role: _component(workload, observation.live) for workload in plan.workloads}
+    previous = observation.previous
+    degraded: list[tuple[str, str]] = []
+    if observation.missing_apis:
+        degraded.append(("ApiMissing", "; ".join(observation.missing_apis)))
+    if observation.apply_errors:
+        degraded.append(("ApplyFailed", "; ".join(observation.apply_errors)))
+    for component in components.values():
+        if component.progress is not None and component.progress.stuck_reason:
+            degraded.append(("RolloutStuck", f"{component.name}: {component.progress.stuck_reason}"))
+        lost = _lost_pods(component, previous)
+        if lost:
+            degraded.append(("PoolLostPods", lost))
+    for role in ("prefill", "decode"):
+        if role in components and components[role].desired == 0:
+            degraded.append(("PoolScaledToZero", f"{role} has 0 replicas, so requests cannot be served"))
+
+    unsettled = [component for component in components.values() if not _settled(component)]
+    ready = not unsettled and not degraded
+    updates = [ConditionUpdate("SpecValid", "True", "Valid", "spec passed validation")]
+    if ready:
+        summary = ", ".join(_describe(component) for component in components.values())
+        updates.append(ConditionUpdate("Ready", "True", "AllReady", _truncate(summary)))
+    else:
+        waiting = "; ".join(_describe(component) for component in unsettled) or "see Degraded"
+        updates.append(
+            ConditionUpdate("Ready", "False", degraded[0][0] if degraded else "NotReady", _truncate(waiting))
+        )
+    if unsettled and not (degraded and all(c.progress is not None and c.progress.stuck_reason for c in unsettled)):
+        updates.append(
+            ConditionUpdate("Progressing", "True", "Reconciling", _truncate("; ".join(_describe(c) for c in unsettled)))
+        )
+    else:
+        updates.append(ConditionUpdate("Progressing", "False", "Settled", "nothing is rolling out or scaling"))
+    if degraded:
+        reasons = sorted({reason for reason, _ in degraded}, key=[r for r, _ in degraded].index)
+        updates.append(
+            ConditionUpdate("Degraded", "True", reasons[0], _truncate("; ".join(message for _, message in degraded)))
+        )
+    else:
+        updates.append(ConditionUpdate("Degraded", "False", "Healthy", "no failures observed"))
+
+    conditions, transitions = apply_conditions(
+        previous.get("conditions") or [], updates, observation.generation, observation.now
+    )
+    if degraded:
+        phase = "Degraded"
+    elif ready:
+        phase = "Ready"
+    elif all(c.progress is None or c.progress.ready == 0 for c in components.values()):
+        phase = "Pending"
+    else:
+        phase = "Progressing"
+
+    status: dict[str, Any] = {
+        "observedGeneration": observation.generation,
+        "phase": phase,
+        "conditions": conditions,
+        "endpoint": plan.endpoint,
+        "modelFamily": plan.family,
+    }
+    for role in ("prefill", "decode"):
+        component = components[role]
+        status[role] = _pool_status(component, previous.get(role) or {})
+        status[f"{role}Ready"] = f"{component.progress.ready if component.progress else 0}/{component.desired}"
+    for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore")):
+        if role in components:
+            status[key] = _component_status(components[role])
+    return StatusReport(status, transitions)
+
+
+def _pool_status(component: _Component, previous: dict[str, Any]) -> dict[str, Any]:
+    progress = component.progress
+    pool = {
+        "replicas": progress.replicas if progress else 0,
+        "readyReplicas": progress.ready if progress else 0,
+        "updatedReplicas": progress.updated if progress else 0,
+        "desiredReplicas": component.desired,
+    }
+    for kept in ("lastScaleTime", "lastScaleReason"):
+        if previous.get(kept):
+            pool[kept] = previous[kept]
+    return pool
+
+
+def _component_status(component: _Component) -> dict[str, Any]:
+    progress = component.progress
+    return {
+        "replicas": progress.replicas if progress else 0,
+        "readyReplicas": progress.ready if progress else 0,
+        "ready": _settled(component),
+    }
+
+
+_STATUS_KEY = {"prefill": "prefill", "decode": "decode", "router": "router", "render": "render", "kv-store": "kvStore"}
+
+
+def _lost_pods(component: _Component, previous: dict[str, Any]) -> str | None:
+    """Something that had every replica ready, with the same target, has fewer now and is not rolling out: pods
+    were lost (node failure, eviction, crash), which is Degraded rather than Progressing."""
+    progress = component.progress
+    key = _STATUS_KEY.get(component.name)
+    if progress is None or key is None:
+        return None
+    before = previous.get(key) or {}
+    was_ready = int(before.get("readyReplicas", 0))
+    if key in ("prefill", "decode"):
+        was_full = was_ready >= max(int(before.get("desiredReplicas", 0)), 1)
+        same_target = int(before.get("desiredReplicas", -1)) == component.desired
+    else:
+        was_full, same_target = bool(before.get("ready")), was_ready >= component.desired
+    if was_full and same_target and progress.ready < component.desired and progress.updated >= component.desired:
+        return f"{component.name} has {progress.ready}/{component.desired} ready replicas (had {was_ready})"
+    return None
