@@ -63,4 +63,6 @@ def run(
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not verbose:
+        logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
     asyncio.run(run_operator(list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds))

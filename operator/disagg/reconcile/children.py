@@ -103,3 +103,37 @@ def workload_progress(obj: dict[str, Any] | None) -> WorkloadProgress | None:
         current_generation=current,
         stuck_reason=stuck,
     )
+
+
+_WAITING_PROBLEMS = (
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+    "CreateContainerError",
+)
+
+
+def pod_problems(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per role, why pods are not running: unschedulable (with the scheduler's reason) or stuck containers.
+
+    These explain a pool that is not ready, e.g. "0/8 nodes are available: 8 Insufficient nvidia.com/gpu".
+    """
+    problems: dict[str, list[str]] = {}
+    for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
+        role = (pod.get("metadata", {}).get("labels") or {}).get("disagg.dev/role")
+        if not role or pod.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        name = pod["metadata"]["name"]
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                problems.setdefault(role, []).append(f"pod {name} unschedulable: {condition.get('message', '')}")
+        for container in status.get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _WAITING_PROBLEMS:
+                problems.setdefault(role, []).append(
+                    f"pod {name} {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                )
+    return problems

@@ -29,6 +29,7 @@ PLURALS = {
     "Deployment": "deployments",
     "LeaderWorkerSet": "leaderworkersets",
     "Event": "events",
+    "Pod": "pods",
     "DisaggDeployment": PLURAL,
 }
 
@@ -66,7 +67,7 @@ def _base(api_version: str) -> str:
 
 
 def path(kind: str, namespace: str | None, name: str | None = None, api_version: str | None = None) -> str:
-    version = api_version or MANAGED_KINDS.get(kind) or ("v1" if kind == "Event" else f"{GROUP}/{VERSION}")
+    version = api_version or MANAGED_KINDS.get(kind) or ("v1" if kind in ("Event", "Pod") else f"{GROUP}/{VERSION}")
     location = _base(version)
     if namespace:
         location += f"/namespaces/{namespace}"

@@ -91,17 +91,21 @@ async def run_operator(
     registry = build_registry(reconciler)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
     log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")
-    try:
-        await asyncio.gather(
-            kopf.operator(
+
+    async def watch() -> None:
+        try:
+            await kopf.operator(
                 registry=registry,
                 standalone=True,
                 clusterwide=not namespaces,
                 namespaces=[re.compile(f"^{re.escape(ns)}$") for ns in namespaces],
                 liveness_endpoint=liveness,
                 stop_flag=stop,
-            ),
-            reconciler.run(workers, resync_seconds, stop),
-        )
+            )
+        finally:
+            stop.set()  # kopf takes over SIGINT/SIGTERM; when it stops, the workers stop with it
+
+    try:
+        await asyncio.gather(watch(), reconciler.run(workers, resync_seconds, stop))
     finally:
         await kube.close()

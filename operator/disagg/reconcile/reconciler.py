@@ -175,8 +175,16 @@ class Reconciler:
             notices.append(Notice("Normal", "Pruned", f"deleted {stale['kind']} {stale['metadata']['name']}"))
             live.pop(child_key(stale), None)
 
+        pods = await self._list_pods(namespace, name)
         observation = Observation(
-            generation, previous, self.clock(), plan=plan, live=live, apply_errors=apply_errors, missing_apis=missing
+            generation,
+            previous,
+            self.clock(),
+            plan=plan,
+            live=live,
+            apply_errors=apply_errors,
+            missing_apis=missing,
+            pods=pods,
         )
         report = compute_status(observation)
         await self._publish(owner, previous, report, notices)
@@ -209,6 +217,14 @@ class Reconciler:
             for item in items:
                 live[child_key(item)] = item
         return live
+
+    async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        try:
+            return await self.kube.list("Pod", namespace, owner_selector(name))
+        except KubeError as exc:
+            if exc.status == 403:  # diagnostics only: without pod read access the status just says less
+                return []
+            raise RetryLater(str(exc)) from exc
 
     async def _publish(
         self, owner: dict[str, Any], previous: dict[str, Any], report: StatusReport, notices: list[Notice]

@@ -13,7 +13,7 @@ from typing import Any
 from disagg.api.errors import Problem
 from disagg.plan.model import DeploymentPlan, WorkloadPlan
 
-from .children import ChildKey, WorkloadProgress, workload_progress
+from .children import ChildKey, WorkloadProgress, pod_problems, workload_progress
 from .conditions import ConditionUpdate, Transition, apply_conditions
 
 MAX_MESSAGE = 2000
@@ -31,6 +31,7 @@ class Observation:
     live: dict[ChildKey, dict[str, Any]] = field(default_factory=dict)
     apply_errors: list[str] = field(default_factory=list)
     missing_apis: list[str] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,16 @@ class _Component:
     name: str
     progress: WorkloadProgress | None
     desired: int
+    problems: tuple[str, ...] = ()
 
 
-def _component(plan_workload: WorkloadPlan, live: dict[ChildKey, dict[str, Any]]) -> _Component:
+def _component(
+    plan_workload: WorkloadPlan, live: dict[ChildKey, dict[str, Any]], problems: dict[str, list[str]]
+) -> _Component:
     obj = live.get((plan_workload.kind, plan_workload.name))
     progress = workload_progress(obj)
     desired = progress.desired if progress and plan_workload.replicas_owned_elsewhere else plan_workload.replicas
-    return _Component(plan_workload.role, progress, desired)
+    return _Component(plan_workload.role, progress, desired, tuple(problems.get(plan_workload.role, [])))
 
 
 def _settled(component: _Component) -> bool:
@@ -103,11 +107,15 @@ def _describe(component: _Component) -> str:
     text = f"{component.name}: {progress.ready}/{component.desired} ready"
     if progress.updated < component.desired:
         text += f", {progress.updated} updated"
+    if component.problems and progress.ready < component.desired:
+        text += f" ({component.problems[0]}"
+        text += f"; and {len(component.problems) - 1} more)" if len(component.problems) > 1 else ")"
     return text
 
 
 def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusReport:
-    components = {workload.role: _component(workload, observation.live) for workload in plan.workloads}
+    problems = pod_problems(observation.pods)
+    components = {workload.role: _component(workload, observation.live, problems) for workload in plan.workloads}
     previous = observation.previous
     degraded: list[tuple[str, str]] = []
     if observation.missing_apis:
@@ -136,9 +144,9 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
             ConditionUpdate("Ready", "False", degraded[0][0] if degraded else "NotReady", _truncate(waiting))
         )
     if unsettled and not (degraded and all(c.progress is not None and c.progress.stuck_reason for c in unsettled)):
-        updates.append(
-            ConditionUpdate("Progressing", "True", "Reconciling", _truncate("; ".join(_describe(c) for c in unsettled)))
-        )
+        reason = "PodsNotRunning" if any(c.problems for c in unsettled) else "Reconciling"
+        message = _truncate("; ".join(_describe(c) for c in unsettled))
+        updates.append(ConditionUpdate("Progressing", "True", reason, message))
     else:
         updates.append(ConditionUpdate("Progressing", "False", "Settled", "nothing is rolling out or scaling"))
     if degraded:

@@ -287,7 +287,7 @@ def test_rdma_and_ipc_lock_only_when_asked() -> None:
 
 def test_gpu_resource_follows_the_vendor() -> None:
     amd = engine_container(rendered(example("05-moriio-mi300x-single-node")), "qwen3-235b-moriio-decode")
-    assert amd["resources"]["limits"] == {"amd.com/gpu": "4", "rdma/roce": "1"}
+    assert amd["resources"]["limits"] == {"amd.com/gpu": "4", "rdma/ib": "1"}
 
 
 def test_probes_and_grace_period_suit_slow_engines() -> None:
