@@ -54,7 +54,7 @@ def _require_binaries(bins: BinDir) -> None:
     if not os.environ.get("CI"):
         pytest.skip(
             f"control-plane binaries not built in {bins.path}; run `make cluster-build` "
-            f"(or {BUILD_SCRIPT.relative_to(REPO_ROOT)}; ~15 min cold on 2 cores, cached afterwards), "
+            f"(or {BUILD_SCRIPT.relative_to(REPO_ROOT)}; 15-25 min cold on 2 cores, cached afterwards), "
             "or set DISAGG_E2E_KUBECONFIG to use an existing cluster"
         )
     cluster.ensure_binaries(bins, _say)  # in CI a fresh machine builds from scratch

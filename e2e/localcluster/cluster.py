@@ -91,7 +91,7 @@ def healthy(state: State) -> bool:
 def ensure_binaries(bins: BinDir, say: Say) -> None:
     if bins.is_complete():
         return
-    say(f"binaries missing in {bins.path}; running {BUILD_SCRIPT} (cold build: ~15 min on 2 cores)")
+    say(f"binaries missing in {bins.path}; running {BUILD_SCRIPT} (cold build: 15-25 min on 2 cores)")
     subprocess.run([str(BUILD_SCRIPT)], check=True)
     if not bins.is_complete():
         raise ClusterError(f"{BUILD_SCRIPT} finished but {bins.path} is incomplete")
