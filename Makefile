@@ -39,7 +39,7 @@ demo: dev ## the main job (offline for now): validate every example, show a refu
 crds: dev ## regenerate crds/ from the API models
 	$(RUN) disagg crd > crds/disagg.dev_disaggdeployments.yaml
 
-cluster-build: ## build/cache etcd, kube-*, kubectl, kwok and helm (cold: ~15 min on 2 cores)
+cluster-build: ## build/cache etcd, kube-*, kubectl, kwok and helm (cold: 15-25 min on 2 cores)
 	e2e/controlplane/build.sh
 
 cluster-up: ## start the local control plane with fake GPU nodes (idempotent)
