@@ -79,11 +79,12 @@ class Window:
             return PoolSnapshot(pool, now_s, 0.0, ready, starting)  # type: ignore[arg-type]
         traffic = [s["traffic"] for s in samples]
         workers = [s[f"{pool}_scheduler_metrics"] for s in samples]
-        interval = [s[f"{pool}_interval_metrics"] for s in samples]
         arriving = sum(t["arriving_requests"] for t in traffic)
         prompt = sum(t["arriving_requests"] * t["avg_isl"] for t in traffic)
-        hit = sum(m["cache_hit_tokens"] for m in interval)
-        looked = sum(m["cache_total_tokens"] for m in interval)
+        # The mocker leaves the per-pool cache counters at zero; the router's per-request KV hit rate is the same
+        # quantity vLLM's prefix_cache_hits / prefix_cache_queries gives.
+        hit = sum((t.get("avg_router_kv_hit_rate") or 0.0) * t.get("router_kv_hit_rate_count", 0) for t in traffic)
+        looked = sum(t.get("router_kv_hit_rate_count", 0) for t in traffic)
         pending = sum(s[f"router_pending_{pool}_requests"] for s in samples) / window
         tokens, busy = sum(c[0] for c in self.capacity), sum(c[1] for c in self.capacity)
         return PoolSnapshot(
@@ -101,6 +102,8 @@ class Window:
             kv_cache_usage=_mean_usage(workers),
             ttft_p90_s=_p90(traffic, "avg_ttft_ms", "ttft_count"),
             itl_p90_s=_p90(traffic, "avg_itl_ms", "itl_count"),
+            # Like the latencies: p90 of per-second means, all the 1-second telemetry shows.
+            prompt_tokens_p90=weighted_p90([(t["avg_isl"], t["arriving_requests"]) for t in traffic]),
             prefill_tokens_per_busy_s=tokens / busy if busy > 0 and pool == "prefill" else None,
         )
 

@@ -299,23 +299,27 @@ def run_workload(name: str, npz: Path, planners: list[str], log: Callable[[str],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workloads", default=",".join(workloads.ALL))
-    parser.add_argument("--planners", default="sla", help="Dynamo Planner optimisation targets to run")
+    parser.add_argument(
+        "--planners", default="sla,latency,throughput", help="Dynamo Planner optimisation targets to run"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-report", action="store_true", help="only write the per-workload partial results")
+    parser.add_argument("--report-only", action="store_true", help="rebuild results/ from the cached partials")
     args = parser.parse_args()
     partial = CACHE / "partial"
     partial.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     npz = sim.profile_npz(CACHE)
     planners = [p for p in args.planners.split(",") if p]
-    for name in args.workloads.split(","):
+    for name in [] if args.report_only else args.workloads.split(","):
         print(f"{name}:", flush=True)
         result = run_workload(name, npz, planners, lambda m: print(m, flush=True))
         (partial / f"{name}.json").write_text(json.dumps(result))
     if not args.no_report:
         import report
 
-        report.write(args.out, [json.loads((partial / f"{n}.json").read_text()) for n in workloads.ALL])
+        done = [partial / f"{n}.json" for n in workloads.ALL if (partial / f"{n}.json").exists()]
+        report.write(args.out, [json.loads(path.read_text()) for path in done])
 
 
 if __name__ == "__main__":

@@ -180,13 +180,14 @@ def agentic(seed: int) -> Workload:
             if context + new > MAX_CONTEXT or at >= horizon:
                 break
             context += new
-            blocks = blocks + ids.take(_blocks(new))
+            # The conversation so far keeps its block ids (a shared prefix with the previous turn); the new text
+            # gets fresh ones, enough for every block the context now spans.
+            blocks = blocks + ids.take(_blocks(context) - len(blocks))
             osl = _lognormal(rng, 180, 0.7, 8, 1000)
             requests.append(Request(at, context, osl, blocks))
             # The next turn comes after this answer streams (~20 ms/token) and a tool or user delay of 1-10 s.
             at += osl * 0.02 + rng.uniform(1.0, 10.0)
             context += osl
-            blocks = blocks + ids.take(_blocks(osl)) if osl >= BLOCK else blocks
     requests.sort(key=lambda r: r.at_s)
     return Workload(
         "agentic",

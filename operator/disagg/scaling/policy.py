@@ -45,11 +45,19 @@ class Tuning:
     """Constants of the control law that are not in the API. docs/autoscaling.md says why each has its value."""
 
     ttft_margin: float = 0.7
-    """Aim prefill at this share of the TTFT target: windowed p90s are noisy and arrivals burstier than Poisson."""
-    queue_tail_factor: float = 3.0
-    """k in wait_p90 ~= k * rho * S / (2 (1 - rho)): M/D/1 mean wait scaled to a tail percentile."""
+    """Let queueing use this share of what the p90 prefill time leaves of the TTFT target: windowed p90s are noisy
+    and arrivals burstier than Poisson. (On the wait, not the whole TTFT: with long prompts the prefill time alone
+    can be most of the target, and a margin on the total would leave no room to queue at all.)"""
+    queue_factor_prior: float = 3.0
+    """k in wait_p90 ~= k * rho * S / (2 (1 - rho)) until learned: the M/D/1 mean wait (k = 1) scaled to a tail
+    percentile. Like Kingman's (ca^2 + cs^2) / 2, k grows with the burstiness of arrivals, so it is learned."""
+    queue_factor_min: float = 1.0
+    queue_factor_max: float = 100.0
+    learn_min_utilization: float = 0.3
+    """Below this utilisation the queueing part of TTFT is too small to measure k from."""
+    learn_max_utilization: float = 0.8
     service_p90_factor: float = 2.0
-    """Prefill time of the p90 prompt over that of the mean prompt (prompt lengths are skewed)."""
+    """Prefill time of the p90 prompt over that of the mean prompt, when the source gives no prompt-length p90."""
     min_utilization: float = 0.25
     max_utilization: float = 0.85
     prefill_capacity_prior: float = 10_000.0
@@ -58,7 +66,7 @@ class Tuning:
     backlog_drain_s: float = 60.0
     """Queued prompts are added to demand as if they had to be cleared within this time."""
 
-    itl_margin: float = 0.8
+    itl_margin: float = 0.7
     """Aim decode at this share of the ITL target."""
     kv_ceiling: float = 0.85
     """Never plan decode above this KV usage: past it vLLM preempts and ITL is no longer the limit."""
@@ -75,8 +83,10 @@ class Tuning:
     """vLLM's default max_num_seqs: a replica never runs more sequences than this, however short they are."""
 
     correction_smoothing: float = 0.3
-    correction_min: float = 0.7
-    correction_max: float = 2.0
+    """EWMA weight of a new sample of k when it is above the current estimate..."""
+    correction_decay: float = 0.05
+    """...and when it is below: burstiness is a property of the traffic, learned fast and forgotten slowly, so
+    a calm interval at low load does not undo what the last burst taught."""
 
     down_tolerance: float = 0.1
     """Scale down to k replicas only when the need is below k * (1 - tolerance): a hysteresis band."""
@@ -199,8 +209,8 @@ class PolicyState:
     decode: PoolMemory = field(default_factory=PoolMemory)
     prefill_capacity: float | None = None
     """Measured prompt tokens/s of one prefill replica while busy (smoothed)."""
-    ttft_correction: float = 1.0
-    """Observed TTFT p90 over the queueing model's prediction (smoothed, clipped)."""
+    queue_factor: float | None = None
+    """k of the prefill queueing model, learned from observed TTFT p90 (smoothed, clipped); None until learned."""
     itl_fit: ItlFit = field(default_factory=ItlFit)
 
     def memory(self, name: PoolName) -> PoolMemory:
@@ -275,7 +285,7 @@ def decide(
     proposals: dict[PoolName, _Proposal] = {}
     for name in POOLS:
         if config.limits(name).scaled:
-            proposals[name] = _propose(config, observation.pool(name), state, now, tuning)
+            proposals[name] = _propose(config, observation, name, state, now, tuning)
     final = _constrain(config, proposals, state, observation, now, tuning)
     decisions: dict[PoolName, PoolDecision] = {}
     for name, proposal in proposals.items():
@@ -318,15 +328,25 @@ def _learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState,
     if snap.prefill_tokens_per_busy_s is not None and snap.prefill_tokens_per_busy_s > 0:
         capacity = _ewma(capacity, snap.prefill_tokens_per_busy_s, tuning.capacity_smoothing)
     state = replace(state, prefill_capacity=capacity)
-    # The correction compares the observed TTFT p90 with what the queueing model predicts for the current replicas.
-    # Only below saturation: past it the model predicts infinity and the feedback path is in charge instead.
-    target = config.ttft_target_s
-    predicted = _predicted_ttft(snap, snap.ready_replicas, _capacity(config, state, tuning), tuning)
-    if target is None or snap.ttft_p90_s is None or predicted is None or predicted <= 0:
+    capacity = _capacity(config, state, tuning)
+    # The queueing part of the observed TTFT p90 (minus the p90 service time) against the model's rho*S/(2(1-rho))
+    # measures k at the current utilisation. Only in the range where the queue is both visible and finite.
+    times = _service_times(snap, capacity, tuning)
+    demand = snap.uncached_prompt_token_rate
+    if snap.ttft_p90_s is None or times is None or demand is None:
         return state
-    ratio = min(max(snap.ttft_p90_s / predicted, tuning.correction_min), tuning.correction_max)
-    correction = _ewma(state.ttft_correction, ratio, tuning.correction_smoothing)
-    return replace(state, ttft_correction=correction)
+    rho = demand / (snap.ready_replicas * capacity)
+    # Only from a stationary queue: not across a change in capacity, not near saturation (a growing backlog would
+    # be read as burstiness and then over-provision every later burst).
+    settled = snap.starting_replicas == 0 and state.prefill.ready == snap.ready_replicas
+    if not settled or not tuning.learn_min_utilization <= rho <= tuning.learn_max_utilization:
+        return state
+    wait = max(snap.ttft_p90_s - times[1], 0.0)
+    sample = wait / _queue_wait(1.0, rho, snap.ready_replicas, times[0])
+    sample = min(max(sample, tuning.queue_factor_min), tuning.queue_factor_max)
+    rising = state.queue_factor is None or sample > state.queue_factor
+    weight = tuning.correction_smoothing if rising else tuning.correction_decay
+    return replace(state, queue_factor=_ewma(state.queue_factor, sample, weight))
 
 
 def _learn_decode(snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
@@ -363,33 +383,47 @@ def _service_times(snap: PoolSnapshot, capacity: float, tuning: Tuning) -> tuple
     mean_prompt = snap.mean_prompt_tokens
     if mean_prompt is None:
         return None
-    uncached = mean_prompt * (1.0 - min(max(snap.prefix_hit_rate or 0.0, 0.0), 1.0))
-    mean = max(uncached, 1.0) / capacity
-    return mean, mean * tuning.service_p90_factor
+    uncached = 1.0 - min(max(snap.prefix_hit_rate or 0.0, 0.0), 1.0)
+    mean = max(mean_prompt * uncached, 1.0) / capacity
+    if snap.prompt_tokens_p90 is None:
+        return mean, mean * tuning.service_p90_factor
+    return mean, max(snap.prompt_tokens_p90 * uncached / capacity, mean)
 
 
-def _queue_wait_p90(rho: float, service: float, tuning: Tuning) -> float:
-    return tuning.queue_tail_factor * rho * service / (2.0 * (1.0 - rho))
+def _queue_factor(state: PolicyState, tuning: Tuning) -> float:
+    return state.queue_factor if state.queue_factor is not None else tuning.queue_factor_prior
 
 
-def _predicted_ttft(snap: PoolSnapshot, replicas: int, capacity: float, tuning: Tuning) -> float | None:
-    times = _service_times(snap, capacity, tuning)
-    demand = snap.uncached_prompt_token_rate
-    if times is None or demand is None or replicas <= 0:
-        return None
-    rho = demand / (replicas * capacity)
-    if rho >= 0.9:
-        return None
-    return times[1] + _queue_wait_p90(rho, times[0], tuning)
+def _queue_wait(k: float, rho: float, replicas: int, mean_s: float) -> float:
+    """p90 wait in front of `replicas` servers at utilisation rho: Sakasegawa's G/G/n approximation
+    k * S * rho^(sqrt(2(n+1)) - 1) / (2 n (1 - rho)). At n = 1 it is the M/D/1 mean wait times k (Kingman's
+    form); more replicas behind one router pool their queue, which waits less at the same utilisation."""
+    exponent = math.sqrt(2.0 * (replicas + 1)) - 1.0
+    return k * mean_s * math.pow(rho, exponent) / (2.0 * replicas * (1.0 - rho))
 
 
-def _target_utilization(target: float, mean_s: float, p90_s: float, tuning: Tuning) -> float:
-    """Largest rho with p90 service + p90 queue wait within the TTFT budget (solved from _queue_wait_p90)."""
-    budget = target - p90_s
+def _target_utilization(target: float, mean_s: float, p90_s: float, k: float, replicas: int, tuning: Tuning) -> float:
+    """Largest rho at which `replicas` servers keep p90 service + p90 queue wait within the TTFT budget."""
+    budget = (target - p90_s) * tuning.ttft_margin
     if budget <= 0:
         return tuning.min_utilization
-    rho = 2.0 * budget / (tuning.queue_tail_factor * mean_s + 2.0 * budget)
-    return min(max(rho, tuning.min_utilization), tuning.max_utilization)
+    lo, hi = 0.0, 0.999
+    for _ in range(40):  # the wait grows monotonically with rho: bisect
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if _queue_wait(k, mid, replicas, mean_s) <= budget else (lo, mid)
+    return min(max(lo, tuning.min_utilization), tuning.max_utilization)
+
+
+def _prefill_need(
+    demand: float, capacity: float, target: float, times: tuple[float, float], k: float, limit: int, tuning: Tuning
+) -> tuple[float, float]:
+    """Fewest replicas whose target utilisation covers the demand, as a continuous need, and that utilisation."""
+    rho = tuning.max_utilization
+    for replicas in range(1, max(limit, 1) * 2 + 1):
+        rho = _target_utilization(target, times[0], times[1], k, replicas, tuning)
+        if demand <= replicas * rho * capacity:
+            break
+    return demand / (rho * capacity), rho
 
 
 def _itl_line(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> tuple[float, float]:
@@ -437,13 +471,18 @@ class _Proposal:
     shrink_note: str = ""
 
 
-def _propose(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning) -> _Proposal:
+def _propose(
+    config: PolicyConfig, observation: Observation, name: PoolName, state: PolicyState, now: float, tuning: Tuning
+) -> _Proposal:
+    snap = observation.pool(name)
     hold = _hold_reason(config, snap, now, tuning)
     if hold is not None:
         return _Proposal(need=None, demand=None, why="", hold=hold[0], hold_message=hold[1])
     memory = state.memory(snap.pool)
     if snap.pool == "prefill":
-        return _propose_prefill(config, snap, state, memory, tuning)
+        decode = observation.decode
+        queue = decode.waiting_requests if _trusted(config, decode, now, tuning) else None
+        return _propose_prefill(config, snap, state, memory, tuning, queue)
     return _propose_decode(config, snap, state, memory, tuning)
 
 
@@ -474,7 +513,12 @@ def _feedback_need(memory: PoolMemory, snap: PoolSnapshot, ratio: float) -> floa
 
 
 def _propose_prefill(
-    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, memory: PoolMemory, tuning: Tuning
+    config: PolicyConfig,
+    snap: PoolSnapshot,
+    state: PolicyState,
+    memory: PoolMemory,
+    tuning: Tuning,
+    decode_queue: float | None,
 ) -> _Proposal:
     target = config.ttft_target_s or 1.0
     capacity = _capacity(config, state, tuning)
@@ -484,17 +528,22 @@ def _propose_prefill(
     # While replicas are starting, the queue is what they were ordered for: counting it again would double count.
     pending = snap.starting_replicas > 0
     backlog = 0.0 if pending else (snap.waiting_requests or 0.0) * mean_prompt / tuning.backlog_drain_s
-    rho = tuning.max_utilization
-    if times is not None:
-        rho = _target_utilization(target * tuning.ttft_margin / state.ttft_correction, times[0], times[1], tuning)
     planned = demand + backlog
-    need = planned / (rho * capacity)
+    if times is not None:
+        k = _queue_factor(state, tuning)
+        need, rho = _prefill_need(planned, capacity, target, times, k, config.prefill.max_replicas, tuning)
+    else:
+        rho = tuning.max_utilization
+        need = planned / (rho * capacity)
     why = (
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
-        f"target utilisation {rho:.2f} (TTFT correction {state.ttft_correction:.2f})"
+        f"target utilisation {rho:.2f} (queueing factor {_queue_factor(state, tuning):.1f})"
     )
     fb = _feedback_need(memory, snap, (snap.ttft_p90_s or 0.0) / target)
-    feedback = fb is not None and (snap.waiting_requests or 0.0) > 0 and fb > need
+    # In P/D a request's first token also waits for a decode slot: with decode queueing, the broken TTFT is
+    # decode's to fix, and more prefill would only queue more KV in front of it.
+    blocked = decode_queue is not None and decode_queue >= 1.0
+    feedback = fb is not None and not blocked and (snap.waiting_requests or 0.0) > 0 and fb > need
     if feedback and fb is not None:
         need = fb
         why = f"TTFT p90 {snap.ttft_p90_s or 0:.3f}s over target {target:.3f}s with a queue; " + why
@@ -522,14 +571,17 @@ def _propose_decode(
     a, b = _itl_line(config, state, tuning)
     itl_at_target = min(a + b * per_replica_usage, tuning.itl_margin * target)
     batch = min(per_replica_usage / usage_per_sequence, tuning.max_batch)
-    concurrency = rate * itl_at_target
+    # Sequences waiting for a decode slot need one too (Little's law only counts those being served).
+    waiting = snap.waiting_requests or 0.0
+    concurrency = rate * itl_at_target + waiting
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
     why = (
         f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms (fit {a * 1e3:.1f}ms + {b * 1e3:.1f}ms*usage) "
         f"that is {concurrency:.0f} sequences, {batch:.0f} per replica at KV usage {per_replica_usage:.2f}"
     )
-    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling)
+    queued = (running + waiting) / running if waiting >= 1.0 else 0.0
+    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, queued)
     fb = _feedback_need(memory, snap, worst)
     feedback = fb is not None and fb > need
     if feedback and fb is not None:

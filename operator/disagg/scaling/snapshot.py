@@ -16,6 +16,7 @@ vLLM metric each field is meant to come from (window = the scrape interval, rate
 | waiting_requests, running_requests | vllm:num_requests_waiting, vllm:num_requests_running (summed over replicas) |
 | kv_cache_usage | vllm:kv_cache_usage_perc (mean over ready replicas, 0..1) |
 | ttft_p90_s, itl_p90_s | histogram_quantile(0.9) of vllm:time_to_first_token_seconds, inter_token_latency_seconds |
+| prompt_tokens_p90 | histogram_quantile(0.9) of vllm:request_prompt_tokens |
 | prefill_tokens_per_busy_s | vllm:prompt_tokens_total / vllm:request_prefill_time_seconds_sum, per replica |
 """
 
@@ -69,6 +70,8 @@ class PoolSnapshot:
     """90th percentile time to first token over the window."""
     itl_p90_s: float | None = None
     """90th percentile inter-token latency over the window."""
+    prompt_tokens_p90: float | None = None
+    """90th percentile prompt length over the window: sets the p90 prefill time."""
     prefill_tokens_per_busy_s: float | None = None
     """Prompt tokens one replica computes per second while busy: the measured prefill capacity."""
     health: MetricsHealth = MetricsHealth.OK

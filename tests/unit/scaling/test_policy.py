@@ -1,9 +1,10 @@
 """Behaviour of the pure scaling policy on crafted snapshots.
 
 The numbers are chosen so the model's answer can be worked out by hand (see docs/autoscaling.md):
-prefill capacity 40k tokens/s per replica, 2k-token prompts, TTFT target 1s -> target utilisation 0.85, so
-20 req/s (40k tok/s) needs 1.18 -> 2 replicas and 60 req/s needs 3.5 -> 4. Decode ITL target 25ms with the prior
-line ITL = 6.25ms + 31.25ms * usage -> 0.44 usage per replica; 3 replicas at 0.35 usage and 100 running need 2.6 -> 3.
+prefill capacity 40k tokens/s per replica, 2k-token prompts (S = 50 ms), TTFT target 1s -> target utilisation 0.85,
+so 20 req/s (40k tok/s) needs 1.18 -> 2 replicas and 60 req/s needs 3.5 -> 4. Decode: ITL target 25ms, the prior
+line ITL = 6.25ms + 31.25ms * usage meets 70% of it at usage 0.36, i.e. 34 sequences of 0.0105 usage per replica;
+5000 tok/s at 17.5ms is 87.5 sequences, with square-root headroom 2.8 -> 3 replicas.
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ def test_starting_replicas_are_not_double_counted() -> None:
     # With the two replicas still starting, the symptoms are what they were ordered for: no stacking on top
     # (the model alone may add one for the rising trend).
     assert after_step(ready=2, starting=2) == [4, 4, 4, 4]
-    # The same symptoms once all four are ready mean the model is wrong: after one interval of evidence at the
-    # new size, the feedback path doubles the pool (3x over target, capped at 2x per step).
+    # The same symptoms once all four are ready mean the model is wrong. The first window at the new size still
+    # mixes in the old queue and is not trusted; after it, the feedback path doubles the pool.
     assert after_step(ready=4, starting=0) == [4, 8, 8, 8]
 
 
@@ -236,10 +237,13 @@ def test_feedback_adds_replicas_when_the_model_underestimates() -> None:
 def test_observed_latency_corrects_the_prefill_model() -> None:
     calm, slow = Run(make_spec()), Run(make_spec())
     for _ in range(20):
-        calm.step(prefill_snap(calm.now, ready=3, rps=30.0, ttft=0.2), decode_snap(calm.now))
-        slow.step(prefill_snap(slow.now, ready=3, rps=30.0, ttft=0.6), decode_snap(slow.now))
+        calm.step(prefill_snap(calm.now, ready=1, rps=10.0, ttft=0.2), decode_snap(calm.now))
+        slow.step(prefill_snap(slow.now, ready=1, rps=10.0, ttft=0.6), decode_snap(slow.now))
     assert calm.state is not None and slow.state is not None
-    assert slow.state.ttft_correction > 1.2 > calm.state.ttft_correction
+    # One replica at utilisation 0.5 with a 50 ms mean prefill (100 ms p90): the model's wait is
+    # k * 0.05 * 0.5 / (2 * 0.5) = k * 25 ms, so a 100 ms wait means k = 4 and a 500 ms wait k = 20.
+    assert calm.state.queue_factor == pytest.approx(4.0, rel=0.01)
+    assert slow.state.queue_factor == pytest.approx(20.0, rel=0.01)
     assert slow.decisions[-1].prefill is not None and calm.decisions[-1].prefill is not None
     assert (slow.decisions[-1].prefill.need or 0) > (calm.decisions[-1].prefill.need or 0)
 
