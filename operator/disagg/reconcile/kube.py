@@ -50,6 +50,10 @@ class KubeError(Exception):
         return self.status in (0, 409, 429) or self.status >= 500
 
     @property
+    def namespace_terminating(self) -> bool:
+        return self.status == 403 and "because it is being terminated" in self.message
+
+    @property
     def api_missing(self) -> bool:
         return self.status == 404 and "the server could not find the requested resource" in self.message
 

@@ -147,6 +147,8 @@ class Reconciler:
             try:
                 applied = await self._apply_child(obj, key_of in owned_elsewhere)
             except KubeError as exc:
+                if exc.namespace_terminating:
+                    return "gone"  # the namespace and everything in it is going away
                 if exc.api_missing:
                     missing.append(API_HINTS.get(obj["kind"], f"the {obj['kind']} API is not installed"))
                     continue

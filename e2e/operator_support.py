@@ -1,0 +1,184 @@
+"""Run the operator under test as a real process (`disagg run`), as a given identity, and talk to it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.localcluster.testing import KubeCluster, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+CRD_FILE = REPO / "crds" / "disagg.dev_disaggdeployments.yaml"
+RBAC_DIR = Path(__file__).resolve().parent / "rbac"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
+    """The admin kubeconfig's cluster and CA, authenticated only by a ServiceAccount token."""
+    view = json.loads(kube.kubectl("config", "view", "--raw", "--minify", "-o", "json"))
+    cluster = view["clusters"][0]["cluster"]
+    if "certificate-authority" in cluster:
+        ca = Path(cluster["certificate-authority"]).read_bytes()
+        cluster = {"server": cluster["server"], "certificate-authority-data": base64.b64encode(ca).decode()}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def install_crd(kube: KubeCluster) -> None:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    wait_for(
+        "the DisaggDeployment CRD to be established",
+        lambda: (
+            kube.run(
+                "wait", "--for=condition=Established", "crd/disaggdeployments.disagg.dev", "--timeout=5s"
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+    )
+
+
+class OperatorProcess:
+    """`disagg run` in a subprocess with its own kubeconfig, metrics and liveness ports, and a log file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, *extra_args: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.extra_args = list(extra_args)
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "disagg.cli",
+                "run",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--liveness-port",
+                str(self.liveness_port),
+                "--resync-seconds",
+                "30",
+                *self.extra_args,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for("the operator's liveness endpoint", self.alive, timeout=60)
+
+    def alive(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"operator exited; log:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to finish anything, like a node failure or an OOM kill."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text format (0 when absent)."""
+    wanted = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        metric, _, label_text = series.partition("{")
+        if metric == name and ",".join(sorted(label_text.rstrip("}").split(","))) == wanted:
+            return float(value)
+    return 0.0
+
+
+def status_of(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = kube.get("disaggdeployment", name, "-n", namespace).get("status") or {}
+    return status
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    for item in status.get("conditions") or []:
+        if item.get("type") == kind:
+            return dict(item)
+    return {}
+
+
+def wait_phase(kube: KubeCluster, namespace: str, name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        status = status_of(kube, namespace, name)
+        return status if status.get("phase") == phase else None
+
+    try:
+        return wait_for(f"{namespace}/{name} to be {phase}", probe, timeout=timeout)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; last status: {json.dumps(status_of(kube, namespace, name), indent=1)}") from None
+
+
+def children(kube: KubeCluster, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every object carrying our labels for this DisaggDeployment, by (kind, name)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    kinds = "serviceaccounts,roles,rolebindings,configmaps,services,deployments,leaderworkersets"
+    listing = kube.get(kinds, "-n", namespace, "-l", f"disagg.dev/deployment={name}")
+    for item in listing["items"]:
+        found[(item["kind"], item["metadata"]["name"])] = item
+    return found
+
+
+def wait_seconds(seconds: float) -> None:
+    time.sleep(seconds)

@@ -1,0 +1,365 @@
+"""The operator against a real API server: apply, adopt, prune, drift repair, honest status, restarts, isolation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.localcluster.testing import KubeCluster, wait_for
+from e2e.operator_support import (
+    RBAC_DIR,
+    REPO,
+    OperatorProcess,
+    children,
+    condition,
+    install_crd,
+    metric_value,
+    status_of,
+    token_kubeconfig,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture(scope="module")
+def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC."""
+    install_crd(kube_cluster)
+    kube_cluster.run("create", "namespace", "disagg-system")
+    kube_cluster.kubectl("apply", "-f", str(RBAC_DIR / "operator-clusterwide.yaml"))
+    token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", "disagg-system", "--duration=6h").strip()
+    directory = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(
+        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log"
+    )
+    process.start()
+    yield process
+    process.stop()
+    print(f"operator log tail:\n{process.log_tail()}")
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, operator: OperatorProcess) -> Iterator[str]:
+    name = f"dd-{uuid.uuid4().hex[:8]}"
+    kube_cluster.kubectl("create", "namespace", name)
+    wait_for(
+        f"serviceaccount default in {name}", lambda: kube_cluster.run("get", "sa/default", "-n", name).returncode == 0
+    )
+    yield name
+    # Wait, so the next test finds the fake GPUs free again.
+    kube_cluster.run("delete", "namespace", name, "--timeout=120s")
+
+
+def example(stem: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{stem}.yaml").read_text())
+    return document
+
+
+def apply(kube: KubeCluster, namespace: str, document: dict[str, Any]) -> None:
+    kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
+
+
+def rendered(namespace: str, stem: str) -> list[dict[str, Any]]:
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "disagg.cli",
+            "render",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "-f",
+            str(EXAMPLES / f"{stem}.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    items: list[dict[str, Any]] = json.loads(text)["items"]
+    return items
+
+
+def test_create_makes_every_child_with_owner_reference_and_labels(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("01-minimal"))
+    status = wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    owner_uid = kube_cluster.get("dd", "qwen3-32b", "-n", namespace)["metadata"]["uid"]
+    expected = {(obj["kind"], obj["metadata"]["name"]) for obj in rendered(namespace, "01-minimal")}
+    found = children(kube_cluster, namespace, "qwen3-32b")
+    assert set(found) == expected
+    for obj in found.values():
+        refs = obj["metadata"]["ownerReferences"]
+        assert [(ref["uid"], ref["controller"]) for ref in refs] == [(owner_uid, True)]
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "disagg-operator"
+        assert labels["app.kubernetes.io/instance"] == "qwen3-32b"
+    assert status["prefillReady"] == "2/2" and status["decodeReady"] == "1/1"
+    assert status["observedGeneration"] == 1
+    assert status["endpoint"] == f"http://qwen3-32b.{namespace}.svc:8000"
+    assert condition(status, "Ready")["status"] == "True"
+    assert condition(status, "SpecValid")["status"] == "True"
+    events = kube_cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=qwen3-32b")
+    reasons = {event["reason"] for event in events["items"]}
+    assert {"Created", "Ready"} <= reasons
+
+
+def test_gpu_pods_land_on_nodes_of_the_requested_vendor(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("05-moriio-mi300x-single-node"))
+    wait_phase(kube_cluster, namespace, "qwen3-235b-moriio", "Ready")
+    pods = kube_cluster.get("pods", "-n", namespace, "-l", "disagg.dev/deployment=qwen3-235b-moriio")["items"]
+    nodes = {node["metadata"]["name"]: node for node in kube_cluster.get("nodes")["items"]}
+    engines = [pod for pod in pods if pod["metadata"]["labels"]["disagg.dev/role"] in ("prefill", "decode")]
+    assert len(engines) == 2
+    for pod in engines:
+        node = nodes[pod["spec"]["nodeName"]]
+        assert node["metadata"]["labels"].get("amd.com/gpu.present") == "true"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "4"
+
+
+def test_spec_change_changes_those_children_and_nothing_else(kube_cluster: KubeCluster, namespace: str) -> None:
+    document = example("01-minimal")
+    apply(kube_cluster, namespace, document)
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    before = {
+        key: obj["metadata"]["resourceVersion"] for key, obj in children(kube_cluster, namespace, "qwen3-32b").items()
+    }
+    changed = copy.deepcopy(document)
+    changed["spec"]["decode"]["replicas"] = 2
+    apply(kube_cluster, namespace, changed)
+    wait_for(
+        "decode to have 2 ready replicas",
+        lambda: status_of(kube_cluster, namespace, "qwen3-32b").get("decodeReady") == "2/2",
+    )
+    status = wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    assert status["observedGeneration"] == 2
+    after = children(kube_cluster, namespace, "qwen3-32b")
+    assert after[("Deployment", "qwen3-32b-decode")]["spec"]["replicas"] == 2
+    untouched = {key for key in before if key != ("Deployment", "qwen3-32b-decode")}
+    assert {key: after[key]["metadata"]["resourceVersion"] for key in untouched} == {
+        key: before[key] for key in untouched
+    }
+
+
+def test_a_child_deleted_by_hand_is_recreated(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("01-minimal"))
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    old_uid = kube_cluster.get("service", "qwen3-32b", "-n", namespace)["metadata"]["uid"]
+    kube_cluster.kubectl("delete", "service", "qwen3-32b", "-n", namespace)
+    kube_cluster.kubectl("delete", "deployment", "qwen3-32b-router", "-n", namespace)
+    wait_for(
+        "the Service to come back",
+        lambda: kube_cluster.run("get", "service", "qwen3-32b", "-n", namespace).returncode == 0,
+        timeout=60,
+    )
+    assert kube_cluster.get("service", "qwen3-32b", "-n", namespace)["metadata"]["uid"] != old_uid
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    assert ("Deployment", "qwen3-32b-router") in children(kube_cluster, namespace, "qwen3-32b")
+
+
+def test_a_child_edited_by_hand_is_reverted(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("01-minimal"))
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    kube_cluster.kubectl("scale", "deployment", "qwen3-32b-prefill", "--replicas=5", "-n", namespace)
+    kube_cluster.kubectl(
+        "patch",
+        "service",
+        "qwen3-32b",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"selector": {"disagg.dev/role": "decode"}}}),
+    )
+    kube_cluster.kubectl("annotate", "service", "qwen3-32b", "-n", namespace, "team=inference")
+
+    def reverted() -> bool:
+        prefill = kube_cluster.get("deployment", "qwen3-32b-prefill", "-n", namespace)
+        service = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
+        return bool(prefill["spec"]["replicas"] == 2 and service["spec"]["selector"]["disagg.dev/role"] == "router")
+
+    wait_for("hand edits to be reverted", reverted, timeout=60)
+    service = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
+    assert service["metadata"]["annotations"]["team"] == "inference"  # a field we never set is left alone
+
+
+def test_deleting_the_deployment_garbage_collects_every_child(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("06-mooncake-store-agentic"))
+    wait_phase(kube_cluster, namespace, "kimi-agentic", "Ready")
+    assert children(kube_cluster, namespace, "kimi-agentic")
+    kube_cluster.kubectl("delete", "dd", "kimi-agentic", "-n", namespace, "--timeout=60s")
+    wait_for(
+        "every child to be garbage-collected", lambda: not children(kube_cluster, namespace, "kimi-agentic"), timeout=90
+    )
+
+
+def test_invalid_spec_is_reported_and_leaves_children_untouched(kube_cluster: KubeCluster, namespace: str) -> None:
+    document = example("01-minimal")
+    apply(kube_cluster, namespace, document)
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    before = {
+        key: obj["metadata"]["resourceVersion"] for key, obj in children(kube_cluster, namespace, "qwen3-32b").items()
+    }
+    broken = copy.deepcopy(document)
+    broken["spec"]["decode"]["engine"] = {"kvCacheDtype": "fp8"}  # CEL cannot see it; the operator's rules can
+    broken["spec"]["prefill"]["replicas"] = 0
+    apply(kube_cluster, namespace, broken)
+    status = wait_phase(kube_cluster, namespace, "qwen3-32b", "Invalid")
+    spec_valid = condition(status, "SpecValid")
+    assert spec_valid["status"] == "False"
+    assert "spec.decode.engine.kvCacheDtype" in spec_valid["message"] and "Fix:" in spec_valid["message"]
+    assert status["observedGeneration"] == 2
+    wait_for(
+        "the InvalidSpec event",
+        lambda: any(
+            event["reason"] == "InvalidSpec"
+            for event in kube_cluster.get(
+                "events", "-n", namespace, "--field-selector", "involvedObject.name=qwen3-32b"
+            )["items"]
+        ),
+    )
+    after = children(kube_cluster, namespace, "qwen3-32b")
+    assert {key: obj["metadata"]["resourceVersion"] for key, obj in after.items()} == before
+    assert after[("Deployment", "qwen3-32b-prefill")]["spec"]["replicas"] == 2  # nothing scaled down by a typo
+    apply(kube_cluster, namespace, document)
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+
+
+def test_the_api_server_refuses_specs_that_break_cel_rules(kube_cluster: KubeCluster, namespace: str) -> None:
+    bad = example("01-minimal")
+    bad["spec"]["decode"]["tensorParallel"] = 6
+    refused = kube_cluster.run("apply", "-n", namespace, "-f", "-", stdin=json.dumps(bad))
+    assert refused.returncode != 0
+    assert "heterogeneous TP needs the larger tensorParallel to be a multiple of the smaller one" in refused.stderr
+    assert "spec.decode.tensorParallel" in refused.stderr
+    typo = example("01-minimal")
+    typo["spec"]["decode"]["tensorParalel"] = 8
+    refused = kube_cluster.run("apply", "-n", namespace, "-f", "-", stdin=json.dumps(typo))
+    assert refused.returncode != 0 and 'unknown field "spec.decode.tensorParalel"' in refused.stderr
+
+
+def test_status_is_ready_only_when_both_pools_and_the_router_are(kube_cluster: KubeCluster, namespace: str) -> None:
+    label = f"e2e-{namespace}"
+    document = example("01-minimal")
+    document["spec"]["decode"]["scheduling"] = {"nodeSelector": {label: "yes"}}
+    apply(kube_cluster, namespace, document)
+    status = wait_for(
+        "decode to be blocked",
+        lambda: s if (s := status_of(kube_cluster, namespace, "qwen3-32b")).get("prefillReady") == "2/2" else None,
+    )
+    assert status["phase"] in ("Progressing", "Pending")
+    assert condition(status, "Ready")["status"] == "False"
+    progressing = condition(status, "Progressing")
+    assert progressing["reason"] == "PodsNotRunning" and "unschedulable" in progressing["message"]
+    node = "gpu-nvidia-3"
+    kube_cluster.kubectl("label", "node", node, f"{label}=yes")
+    try:
+        ready = wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+        assert condition(ready, "Ready")["status"] == "True"
+        # The pool loses its pod and cannot get it back: Degraded, with the reason.
+        kube_cluster.kubectl("label", "node", node, f"{label}-")
+        kube_cluster.kubectl("delete", "pod", "-n", namespace, "-l", "disagg.dev/role=decode", "--wait=false")
+        degraded = wait_phase(kube_cluster, namespace, "qwen3-32b", "Degraded")
+        assert condition(degraded, "Degraded")["reason"] == "PoolLostPods"
+        assert "decode has 0/1 ready replicas" in condition(degraded, "Degraded")["message"]
+        assert condition(degraded, "Ready")["status"] == "False"
+        kube_cluster.kubectl("label", "node", node, f"{label}=yes")
+        wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+        reasons = {
+            event["reason"]
+            for event in kube_cluster.get(
+                "events", "-n", namespace, "--field-selector", "involvedObject.name=qwen3-32b"
+            )["items"]
+        }
+        assert {"PoolLostPods", "Recovered"} <= reasons
+    finally:
+        kube_cluster.run("label", "node", node, f"{label}-")
+
+
+def test_multi_node_pools_run_as_leaderworkersets(kube_cluster: KubeCluster, namespace: str) -> None:
+    apply(kube_cluster, namespace, example("06-mooncake-store-agentic"))
+    status = wait_phase(kube_cluster, namespace, "kimi-agentic", "Ready")
+    assert status["decodeReady"] == "1/1"
+    pods = kube_cluster.get("pods", "-n", namespace, "-l", "disagg.dev/role=decode")["items"]
+    indices = sorted(pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] for pod in pods)
+    assert indices == ["0", "1"]
+    worker = next(p for p in pods if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "1")
+    env = {var["name"]: var.get("value") for var in worker["spec"]["containers"][0]["env"]}
+    assert env.get("LWS_WORKER_INDEX") == "1"  # injected by LeaderWorkerSet, used for the start rank
+    assert "--headless" in worker["spec"]["containers"][0]["args"]
+
+
+def test_server_side_dry_run_accepts_every_rendered_object(kube_cluster: KubeCluster, namespace: str) -> None:
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        objects = rendered(namespace, path.stem)
+        listing = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        result = kube_cluster.run("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=listing)
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_same_name_in_two_namespaces_do_not_interfere(kube_cluster: KubeCluster, namespace: str) -> None:
+    other = f"{namespace}-b"
+    kube_cluster.kubectl("create", "namespace", other)
+    try:
+        wait_for("default SA", lambda: kube_cluster.run("get", "sa/default", "-n", other).returncode == 0)
+        apply(kube_cluster, namespace, example("01-minimal"))
+        apply(kube_cluster, other, example("01-minimal"))
+        wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+        wait_phase(kube_cluster, other, "qwen3-32b", "Ready")
+        kept = {key: obj["metadata"]["uid"] for key, obj in children(kube_cluster, other, "qwen3-32b").items()}
+        kube_cluster.kubectl("delete", "dd", "qwen3-32b", "-n", namespace)
+        wait_for(
+            "the first namespace's children to go",
+            lambda: not children(kube_cluster, namespace, "qwen3-32b"),
+            timeout=90,
+        )
+        assert {key: obj["metadata"]["uid"] for key, obj in children(kube_cluster, other, "qwen3-32b").items()} == kept
+        assert status_of(kube_cluster, other, "qwen3-32b")["phase"] == "Ready"
+    finally:
+        kube_cluster.run("delete", "namespace", other, "--wait=false")
+
+
+def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
+    kube_cluster: KubeCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    for stem in ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only"):
+        apply(kube_cluster, namespace, example(stem))
+    operator.kill()  # SIGKILL while the new deployments are being reconciled
+    operator.start()
+    for name in ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-render"):
+        status = wait_phase(kube_cluster, namespace, name, "Ready", timeout=120)
+        assert status["observedGeneration"] == 1
+    listing = kube_cluster.get("deployments,services,configmaps", "-n", namespace)["items"]
+    names = [(item["kind"], item["metadata"]["name"]) for item in listing]
+    assert len(names) == len(set(names))
+    expected = set()
+    for stem in ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only"):
+        expected |= {
+            (o["kind"], o["metadata"]["name"])
+            for o in rendered(namespace, stem)
+            if o["kind"] in ("Deployment", "Service", "ConfigMap")
+        }
+    assert set(names) - {("ConfigMap", "kube-root-ca.crt")} == expected
+    replica_sets = kube_cluster.get("replicasets", "-n", namespace)["items"]
+    assert len(replica_sets) == len([n for n in names if n[0] == "Deployment"])  # one revision each, no churn
+
+
+def test_operator_metrics_report_reconciles_and_phases(
+    operator: OperatorProcess, namespace: str, kube_cluster: KubeCluster
+) -> None:
+    apply(kube_cluster, namespace, example("01-minimal"))
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    text = operator.metrics()
+    assert metric_value(text, "disagg_deployments", phase="Ready") >= 1
+    assert metric_value(text, "disagg_objects_applied_total", kind="Deployment") >= 3
+    assert "disagg_reconcile_duration_seconds_bucket" in text
