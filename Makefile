@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: dev demo lint unit contract test crds golden bench cluster-build cluster-up cluster-down cluster-status
+.PHONY: dev demo demo-down lint unit contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,14 +27,16 @@ unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
 	$(RUN) pytest tests/contract
 
-test: lint unit contract ## everything CI runs
+e2e: dev cluster-build ## end-to-end tests on the local control plane (or DISAGG_E2E_KUBECONFIG's cluster)
+	$(RUN) pytest e2e
 
-demo: dev ## the main job (offline for now): validate every example, show a refused spec, print the CRD's head
-	$(RUN) disagg validate $(addprefix -f ,$(sort $(wildcard examples/*.yaml)))
-	@echo; echo "A broken spec is refused with the field path and the fix:"
-	-$(RUN) disagg validate -f tests/data/invalid/hetero-tp-indivisible.yaml -f tests/data/invalid/unknown-field-typo.yaml
-	@echo; echo "The CustomResourceDefinition (make crds writes it to crds/):"
-	$(RUN) disagg crd | head -n 60
+test: lint unit contract e2e ## everything CI runs
+
+demo: dev ## the main job: a cluster (local control plane, kind or current context), the operator, a DisaggDeployment on fake GPUs
+	$(RUN) python -m e2e.demo up
+
+demo-down: dev ## stop the demo's operator and cluster
+	$(RUN) python -m e2e.demo down
 
 crds: dev ## regenerate crds/ from the API models
 	$(RUN) disagg crd > crds/disagg.dev_disaggdeployments.yaml
