@@ -302,3 +302,17 @@ def test_the_policy_is_deterministic() -> None:
     first = decide(spec, obs, None, 30.0)
     assert decide(spec, obs, None, 30.0) == first
     assert decide(config_from_spec(spec), obs, first.state, 45.0) == decide(spec, obs, first.state, 45.0)
+
+
+def test_a_decode_queue_is_decode_s_problem_not_prefill_s() -> None:
+    run = Run(make_spec())
+    run.steady(5)
+    # TTFT is 3x over target and prefill has a queue, but requests are also waiting for decode slots: in P/D the
+    # first token waits for decode, so prefill must not grow; decode must.
+    queued = PoolSnapshot(
+        "decode", run.now, INTERVAL, 3, generation_token_rate=5000.0, running_requests=100.0,
+        waiting_requests=60.0, kv_cache_usage=0.35, itl_p90_s=0.017,
+    )  # fmt: skip
+    d = run.step(prefill_snap(run.now, ttft=3.0, waiting=10), queued)
+    assert replicas(d)[0] == 2
+    assert replicas(d)[1] >= 5  # (87.5 + 60 waiting) sequences at 34 per replica, with headroom
