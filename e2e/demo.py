@@ -145,10 +145,15 @@ def down() -> None:
     pid_file = state_dir() / "demo-operator.pid"
     if pid_file.exists():
         try:
-            os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-            say("operator stopped")
+            pid = int(pid_file.read_text())
+            os.killpg(pid, signal.SIGTERM)
+            for _ in range(60):  # kopf closes its watches gracefully; give it time before insisting
+                time.sleep(0.5)
+                os.kill(pid, 0)
+            os.killpg(pid, signal.SIGKILL)
         except (OSError, ValueError):
             pass
+        say("operator stopped")
         pid_file.unlink()
     if os.environ.get("DISAGG_DEMO_CLUSTER", "auto") in ("auto", "local") and not _docker_usable():
         cluster.down(state_dir(), BinDir.default(), say)

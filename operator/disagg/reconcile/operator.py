@@ -23,8 +23,14 @@ from .reconciler import Reconciler
 log = logging.getLogger("disagg.operator")
 
 
-def build_registry(reconciler: Reconciler) -> kopf.OperatorRegistry:
+def build_registry(reconciler: Reconciler, stop: asyncio.Event | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_workers(**_: Any) -> None:
+        # kopf waits for every task in the loop before it returns; stop ours first so it need not wait.
+        if stop is not None:
+            stop.set()
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -88,7 +94,7 @@ async def run_operator(
         metrics.serve(metrics_port)
     kube = await Kube.connect()
     reconciler = Reconciler(kube, instance=socket.gethostname())
-    registry = build_registry(reconciler)
+    registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
     log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")
 
