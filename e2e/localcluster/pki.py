@@ -20,7 +20,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 VALIDITY = dt.timedelta(days=365)
 # The first address of --service-cluster-ip-range is the `kubernetes` Service IP,
 # which in-cluster clients use; keep it in the serving certificate.
-SERVICE_CIDR = "10.0.0.0/24"
+# A /16 like real clusters': a /24 runs out after ~250 Services, which the operator benchmark reaches.
+SERVICE_CIDR = "10.0.0.0/16"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 APISERVER_DNS_NAMES = (
     "localhost",

@@ -66,6 +66,8 @@ class ServicePlan:
     ports: list[Json]
     annotations: dict[str, str] = field(default_factory=dict)
     type: str = "ClusterIP"
+    headless: bool = False
+    """No cluster IP: the name resolves straight to the pods' IPs (and costs no address from the Service range)."""
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,9 @@ def _pool_service(
     ports += [
         {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"} for p in extra_ports
     ]
-    return ServicePlan(pool_service_name(deployment, role), common_labels(deployment, role), selector, ports)
+    return ServicePlan(
+        pool_service_name(deployment, role), common_labels(deployment, role), selector, ports, headless=True
+    )
 
 
 def _custom_pool(

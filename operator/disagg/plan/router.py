@@ -143,7 +143,9 @@ def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | Non
         {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
         for p in container.ports
     ]
-    service = ServicePlan(name, labels, selector_labels(deployment, "router"), service_ports)
+    # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
+    # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
+    service = ServicePlan(name, labels, selector_labels(deployment, "router"), service_ports, headless=True)
     rbac = (
         None
         if custom

@@ -42,6 +42,10 @@ API_HINTS = {
 }
 
 
+TRANSIENT_BEFORE_REPORTING = 3
+"""Consecutive passes failing with a retryable error before the error is reported in status."""
+
+
 def rfc3339_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -152,8 +156,10 @@ class Reconciler:
                 if exc.api_missing:
                     missing.append(API_HINTS.get(obj["kind"], f"the {obj['kind']} API is not installed"))
                     continue
-                if exc.transient:
+                if exc.transient and self.queue.failures(key) < TRANSIENT_BEFORE_REPORTING:
                     raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
+                # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
+                # status must say so while the pass keeps being retried with backoff.
                 apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
                 continue
             metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()

@@ -48,6 +48,10 @@ class WorkQueue:
         self.add_after(key, delay)
         return delay
 
+    def failures(self, key: Key) -> int:
+        """Consecutive failed passes of the key so far."""
+        return self._failures.get(key, 0)
+
     def succeeded(self, key: Key) -> None:
         self._failures.pop(key, None)
 

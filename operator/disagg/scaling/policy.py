@@ -461,12 +461,10 @@ def _target_kv_usage(config: PolicyConfig, state: PolicyState, tuning: Tuning) -
 @dataclass(frozen=True, slots=True)
 class _Proposal:
     need: float | None
-    demand: float | None
-    """The pool's load in its own unit (prefill: uncached tokens/s; decode: KV usage summed over replicas)."""
+    """Replicas the model asks for, before rounding, stabilisation and limits (None: hold)."""
     why: str
     hold: HoldReason | None = None
     hold_message: str = ""
-    feedback: bool = False
     safe_to_shrink: bool = True
     shrink_note: str = ""
 
@@ -477,7 +475,7 @@ def _propose(
     snap = observation.pool(name)
     hold = _hold_reason(config, snap, now, tuning)
     if hold is not None:
-        return _Proposal(need=None, demand=None, why="", hold=hold[0], hold_message=hold[1])
+        return _Proposal(need=None, why="", hold=hold[0], hold_message=hold[1])
     memory = state.memory(snap.pool)
     if snap.pool == "prefill":
         decode = observation.decode
@@ -550,7 +548,7 @@ def _propose_prefill(
     ttft = snap.ttft_p90_s
     safe = ttft is None or ttft <= tuning.down_sensitivity * target
     note = "" if safe else f"TTFT p90 {ttft or 0:.3f}s is near the {target:.3f}s target"
-    return _Proposal(need, demand, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
+    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note)
 
 
 def _propose_decode(
@@ -565,7 +563,7 @@ def _propose_decode(
         current = memory.replicas if memory.replicas is not None else snap.ready_replicas + snap.starting_replicas
         idle = usage is not None and rate is not None and rate <= 0.0
         need = 0.0 if idle else float(current)
-        return _Proposal(need, None, "decode idle" if idle else "decode load unknown; holding the current size")
+        return _Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     per_replica_usage = _target_kv_usage(config, state, tuning)
     a, b = _itl_line(config, state, tuning)
@@ -590,7 +588,7 @@ def _propose_decode(
     itl = snap.itl_p90_s
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
-    return _Proposal(need, rate, why, feedback=feedback, safe_to_shrink=safe, shrink_note=note)
+    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note)
 
 
 # --------------------------------------------------------------------------------------------------------------
