@@ -85,3 +85,31 @@ def test_installed_entry_point_reports_errors_without_a_traceback() -> None:
     assert completed.returncode == 1
     assert 'did you mean "tensorParallel"' in completed.stderr
     assert "Traceback" not in completed.stderr + completed.stdout
+
+
+def test_render_prints_the_objects_and_is_byte_identical() -> None:
+    first = CliRunner().invoke(cli, ["render", "-f", str(EXAMPLES[0])])
+    second = CliRunner().invoke(cli, ["render", "-f", str(EXAMPLES[0])])
+    assert first.exit_code == 0 and first.output == second.output
+    assert "kind: Deployment" in first.output and "namespace: default" in first.output
+
+
+def test_render_json_is_a_list_in_the_asked_namespace() -> None:
+    import json
+
+    result = CliRunner().invoke(cli, ["render", "-o", "json", "-n", "llm", "-f", str(EXAMPLES[0])])
+    listing = json.loads(result.output)
+    assert listing["kind"] == "List" and {item["metadata"]["namespace"] for item in listing["items"]} == {"llm"}
+
+
+def test_render_refuses_an_invalid_spec_with_its_problems() -> None:
+    bad = next(path for path in INVALID if path.stem == "kv-dtype-mismatch")
+    result = CliRunner().invoke(cli, ["render", "-f", str(bad)])
+    assert result.exit_code == 1
+    assert "spec.decode.engine.kvCacheDtype" in result.output and "kind: Deployment" not in result.output
+
+
+def test_plan_explains_the_commands() -> None:
+    result = CliRunner().invoke(cli, ["plan", "-f", str(EXAMPLES[0])])
+    assert result.exit_code == 0
+    assert "prefill: vllm serve Qwen/Qwen3-32B" in result.output and "router: vllm-router" in result.output
