@@ -16,6 +16,7 @@ from disagg.api.deployment import GROUP, PLURAL, VERSION
 from disagg.plan.names import LABEL_DEPLOYMENT, MANAGED_BY
 
 from . import metrics
+from .autoscale import Autoscaler
 from .children import MANAGED_KINDS
 from .kube import PLURALS, Kube
 from .reconciler import Reconciler
@@ -93,7 +94,8 @@ async def run_operator(
     if metrics_port:
         metrics.serve(metrics_port)
     kube = await Kube.connect()
-    reconciler = Reconciler(kube, instance=socket.gethostname())
+    autoscaler = Autoscaler(kube)
+    reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler)
     registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
     log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")
@@ -114,4 +116,5 @@ async def run_operator(
     try:
         await asyncio.gather(watch(), reconciler.run(workers, resync_seconds, stop))
     finally:
+        await autoscaler.close()
         await kube.close()

@@ -13,11 +13,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import validate_deployment
 from disagg.plan import build_plan
+from disagg.plan.model import DeploymentPlan
 from disagg.render import render_plan
 
 from . import metrics
+from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .children import (
     MANAGED_KINDS,
     REPLICAS_MANAGER,
@@ -55,8 +58,15 @@ class RetryLater(Exception):
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, instance: str = "disagg-operator", clock: Callable[[], str] = rfc3339_now) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        instance: str = "disagg-operator",
+        clock: Callable[[], str] = rfc3339_now,
+        autoscaler: Autoscaler | None = None,
+    ) -> None:
         self.kube = kube
+        self.autoscaler = autoscaler
         self.instance = instance
         self.clock = clock
         self.queue = WorkQueue()
@@ -71,6 +81,8 @@ class Reconciler:
         metrics.QUEUE_DEPTH.set(len(self.queue))
 
     def forget(self, key: Key) -> None:
+        if self.autoscaler is not None:
+            self.autoscaler.forget(key)
         self.known.discard(key)
         self.queue.forget(key)
         self.phases.pop(key, None)
@@ -184,6 +196,8 @@ class Reconciler:
             live.pop(child_key(stale), None)
 
         pods = await self._list_pods(namespace, name)
+        scaling = await self._scale(key, result.deployment.spec, plan, live, pods, apply_errors)
+        notices += scaling.notices
         observation = Observation(
             generation,
             previous,
@@ -193,6 +207,8 @@ class Reconciler:
             apply_errors=apply_errors,
             missing_apis=missing,
             pods=pods,
+            scaling_condition=scaling.condition,
+            last_scale=scaling.last_scale,
         )
         report = compute_status(observation)
         await self._publish(owner, previous, report, notices)
@@ -225,6 +241,28 @@ class Reconciler:
             for item in items:
                 live[child_key(item)] = item
         return live
+
+    async def _scale(
+        self,
+        key: Key,
+        spec: DisaggDeploymentSpec,
+        plan: DeploymentPlan,
+        live: dict[ChildKey, dict[str, Any]],
+        pods: list[dict[str, Any]],
+        apply_errors: list[str],
+    ) -> ScaleReport:
+        if self.autoscaler is None:
+            return ScaleReport()
+        try:
+            report = await self.autoscaler.step(key, spec, plan, live, pods, self.clock())
+        except KubeError as exc:
+            if exc.transient:
+                raise RetryLater(f"scaling: {exc}") from exc
+            apply_errors.append(f"scaling: {exc}")
+            report = ScaleReport()
+        if scaled_pools(spec):
+            self.queue.add_after(key, interval_seconds(spec))  # come back when the next evaluation is due
+        return report
 
     async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         try:

@@ -32,6 +32,9 @@ class Observation:
     apply_errors: list[str] = field(default_factory=list)
     missing_apis: list[str] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
+    scaling_condition: ConditionUpdate | None = None
+    last_scale: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """pool -> (lastScaleTime, lastScaleReason) when the scaler changed the pool in this pass."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
         )
     else:
         updates.append(ConditionUpdate("Degraded", "False", "Healthy", "no failures observed"))
+    if observation.scaling_condition is not None:
+        updates.append(observation.scaling_condition)
 
     conditions, transitions = apply_conditions(
         previous.get("conditions") or [], updates, observation.generation, observation.now
@@ -178,7 +183,7 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
     }
     for role in ("prefill", "decode"):
         component = components[role]
-        status[role] = _pool_status(component, previous.get(role) or {})
+        status[role] = _pool_status(component, previous.get(role) or {}, observation.last_scale.get(role))
         status[f"{role}Ready"] = f"{component.progress.ready if component.progress else 0}/{component.desired}"
     for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore")):
         if role in components:
@@ -186,17 +191,22 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
     return StatusReport(status, transitions)
 
 
-def _pool_status(component: _Component, previous: dict[str, Any]) -> dict[str, Any]:
+def _pool_status(
+    component: _Component, previous: dict[str, Any], scaled: tuple[str, str] | None = None
+) -> dict[str, Any]:
     progress = component.progress
-    pool = {
+    pool: dict[str, Any] = {
         "replicas": progress.replicas if progress else 0,
         "readyReplicas": progress.ready if progress else 0,
         "updatedReplicas": progress.updated if progress else 0,
         "desiredReplicas": component.desired,
     }
-    for kept in ("lastScaleTime", "lastScaleReason"):
-        if previous.get(kept):
-            pool[kept] = previous[kept]
+    if scaled is not None:
+        pool["lastScaleTime"], pool["lastScaleReason"] = scaled
+    else:
+        for kept in ("lastScaleTime", "lastScaleReason"):
+            if previous.get(kept):
+                pool[kept] = previous[kept]
     return pool
 
 

@@ -1,0 +1,146 @@
+"""The scaler's shell: collect metrics, call the pure policy, write replicas through the replicas field manager.
+
+It runs inside a DisaggDeployment's reconcile pass (so status has one writer) whenever the pass falls due by
+spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.pool import PoolName
+from disagg.api.resolve import operator_scales, pool_of
+from disagg.api.units import parse_duration
+from disagg.plan.model import DeploymentPlan
+from disagg.scaling.policy import Decision, PolicyState, decide
+from disagg.scaling.sources import DirectSource, PrometheusSource
+
+from . import metrics
+from .children import REPLICAS_MANAGER, ChildKey
+from .conditions import ConditionUpdate
+from .events import Notice
+from .kube import Kube
+from .ownership import replicas_patch
+from .workqueue import Key
+
+POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
+
+
+@dataclass
+class ScaleReport:
+    """What this pass's scaling step changed, for status and events."""
+
+    condition: ConditionUpdate | None = None
+    last_scale: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """pool -> (lastScaleTime, lastScaleReason) for pools scaled in this pass."""
+    notices: list[Notice] = field(default_factory=list)
+
+
+def interval_seconds(spec: DisaggDeploymentSpec) -> float:
+    return float(parse_duration(spec.scaling.interval))
+
+
+def external_pools(spec: DisaggDeploymentSpec) -> list[PoolName]:
+    return [p for p in POOLS if pool_of(spec, p).autoscaling.enabled and not operator_scales(pool_of(spec, p))]
+
+
+def scaled_pools(spec: DisaggDeploymentSpec) -> list[PoolName]:
+    return [p for p in POOLS if operator_scales(pool_of(spec, p))]
+
+
+class Autoscaler:
+    def __init__(self, kube: Kube, wall_clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.wall_clock = wall_clock
+        self.direct = DirectSource()
+        self.prometheus: dict[str, PrometheusSource] = {}
+        self.states: dict[Key, PolicyState] = {}
+        self.next_due: dict[Key, float] = {}
+
+    async def close(self) -> None:
+        await self.direct.close()
+        for source in self.prometheus.values():
+            await source.close()
+
+    def forget(self, key: Key) -> None:
+        self.states.pop(key, None)
+        self.next_due.pop(key, None)
+        self.direct.forget(*key)
+
+    async def step(
+        self,
+        key: Key,
+        spec: DisaggDeploymentSpec,
+        plan: DeploymentPlan,
+        live: dict[ChildKey, dict[str, Any]],
+        pods: list[dict[str, Any]],
+        stamp: str,
+    ) -> ScaleReport:
+        report = ScaleReport()
+        external = external_pools(spec)
+        if not scaled_pools(spec):
+            self.forget(key)
+            if external:
+                report.condition = ConditionUpdate(
+                    "ScalingActive",
+                    "True",
+                    "ExternalController",
+                    f"an external autoscaler (HPA/KEDA) owns the replicas of: {', '.join(external)}",
+                )
+            return report
+        now = self.wall_clock()
+        if now < self.next_due.get(key, 0.0):
+            return report  # not due: the status keeps the last decision
+        self.next_due[key] = now + interval_seconds(spec)
+        observation = await self._observe(key, spec, pods, now)
+        decision = decide(spec, observation, self.states.get(key), now)
+        self.states[key] = decision.state
+        report.condition = ConditionUpdate(
+            "ScalingActive", decision.condition.status, decision.condition.reason, decision.condition.message
+        )
+        await self._actuate(key, plan, live, decision, stamp, report)
+        return report
+
+    async def _observe(self, key: Key, spec: DisaggDeploymentSpec, pods: list[dict[str, Any]], now: float) -> Any:
+        namespace, name = key
+        metrics_spec = spec.scaling.metrics
+        if metrics_spec.source == "prometheus" and metrics_spec.prometheus is not None:
+            url = metrics_spec.prometheus.url
+            source = self.prometheus.setdefault(url, PrometheusSource(url))
+            return await source.observe(namespace, name, pods, now, interval_seconds(spec))
+        return await self.direct.observe(namespace, name, pods, now)
+
+    async def _actuate(
+        self,
+        key: Key,
+        plan: DeploymentPlan,
+        live: dict[ChildKey, dict[str, Any]],
+        decision: Decision,
+        stamp: str,
+        report: ScaleReport,
+    ) -> None:
+        namespace, name = key
+        workloads = {workload.role: workload for workload in plan.workloads}
+        for pool in POOLS:
+            pool_decision = decision.pool(pool)
+            if pool_decision is None:
+                continue
+            metrics.SCALING_DESIRED.labels(namespace, name, pool).set(pool_decision.replicas)
+            workload = workloads[pool]
+            child = live.get((workload.kind, workload.name))
+            if child is None:
+                continue  # created by the next pass; the decision is made again then
+            current = int((child.get("spec") or {}).get("replicas", 1))
+            if pool_decision.replicas == current:
+                continue
+            applied = await self.kube.apply(replicas_patch(child, pool_decision.replicas), manager=REPLICAS_MANAGER)
+            live[(workload.kind, workload.name)] = applied
+            direction = "up" if pool_decision.replicas > current else "down"
+            metrics.SCALING_DECISIONS.labels(pool, direction).inc()
+            message = f"{pool} {current} -> {pool_decision.replicas}: {pool_decision.reason}"
+            report.last_scale[pool] = (stamp, pool_decision.reason)
+            report.notices.append(Notice("Normal", "ScaledUp" if direction == "up" else "ScaledDown", message))

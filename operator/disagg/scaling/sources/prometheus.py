@@ -1,0 +1,114 @@
+"""Read the same numbers from Prometheus with PromQL over the scaling interval."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from disagg.api.pool import PoolName
+from disagg.scaling.snapshot import MetricsHealth, Observation, PoolSnapshot, missing
+
+from .base import pool_pods
+
+QUERY_TIMEOUT_S = 5.0
+
+
+def pool_selector(namespace: str, name: str, pool: PoolName) -> str:
+    """Series of one pool, by the `namespace` and `pod` target labels every Kubernetes scrape config sets."""
+    return f'namespace="{namespace}",pod=~"{name}-{pool}-.+"'
+
+
+def pool_queries(selector: str, window: str) -> dict[str, str]:
+    rate = f"[{window}]"
+    return {
+        "request_rate": f"sum(rate(vllm:request_success_total{{{selector}}}{rate}))",
+        "prompt_token_rate": f"sum(rate(vllm:prompt_tokens_total{{{selector}}}{rate}))",
+        "generation_token_rate": f"sum(rate(vllm:generation_tokens_total{{{selector}}}{rate}))",
+        "prefix_hit_rate": f"sum(rate(vllm:prefix_cache_hits_total{{{selector}}}{rate})) / "
+        f"sum(rate(vllm:prefix_cache_queries_total{{{selector}}}{rate}))",
+        "waiting_requests": f"sum(vllm:num_requests_waiting{{{selector}}})",
+        "running_requests": f"sum(vllm:num_requests_running{{{selector}}})",
+        "kv_cache_usage": f"avg(vllm:kv_cache_usage_perc{{{selector}}})",
+        "ttft_p90_s": f"histogram_quantile(0.9, sum by (le) "
+        f"(rate(vllm:time_to_first_token_seconds_bucket{{{selector}}}{rate})))",
+        "itl_p90_s": f"histogram_quantile(0.9, sum by (le) "
+        f"(rate(vllm:inter_token_latency_seconds_bucket{{{selector}}}{rate})))",
+        "prompt_tokens_p90": f"histogram_quantile(0.9, sum by (le) "
+        f"(rate(vllm:request_prompt_tokens_bucket{{{selector}}}{rate})))",
+        "prefill_tokens_per_busy_s": f"sum(rate(vllm:prompt_tokens_total{{{selector}}}{rate})) / "
+        f"sum(rate(vllm:request_prefill_time_seconds_sum{{{selector}}}{rate}))",
+    }
+
+
+def _scalar(payload: dict[str, Any]) -> float | None:
+    results = (payload.get("data") or {}).get("result") or []
+    if not results:
+        return None
+    value = float(results[0]["value"][1])
+    return None if value != value or value in (float("inf"), float("-inf")) else value  # NaN/Inf: no data
+
+
+class PrometheusSource:
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _query(self, expression: str) -> float | None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S))
+        async with self._session.get(f"{self.url}/api/v1/query", params={"query": expression}) as response:
+            response.raise_for_status()
+            payload = await response.json()
+        if payload.get("status") != "success":
+            raise ValueError(payload.get("error", "query failed"))
+        return _scalar(payload)
+
+    async def observe(
+        self, namespace: str, name: str, pods: list[dict[str, Any]], now: float, window_s: float
+    ) -> Observation:
+        window = f"{max(int(window_s), 30)}s"
+        prefill, decode = await asyncio.gather(
+            self._pool(namespace, name, "prefill", pods, now, window),
+            self._pool(namespace, name, "decode", pods, now, window),
+        )
+        return Observation(prefill=prefill, decode=decode)
+
+    async def _pool(
+        self, namespace: str, name: str, pool: PoolName, pods: list[dict[str, Any]], now: float, window: str
+    ) -> PoolSnapshot:
+        members = pool_pods(pods, pool)
+        queries = pool_queries(pool_selector(namespace, name, pool), window)
+        try:
+            values = await asyncio.gather(*(self._query(expression) for expression in queries.values()))
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            return missing(pool, now, f"Prometheus at {self.url} failed: {exc}", len(members.ready), members.starting)
+        fields = dict(zip(queries, values, strict=True))
+        if fields["request_rate"] is None and fields["running_requests"] is None:
+            return missing(
+                pool, now, f"Prometheus has no vLLM series for {pool} pods", len(members.ready), members.starting
+            )
+        return PoolSnapshot(
+            pool=pool,
+            taken_at=now,
+            window_s=float(window.rstrip("s")),
+            ready_replicas=len(members.ready),
+            starting_replicas=members.starting,
+            request_rate=fields["request_rate"],
+            prompt_token_rate=fields["prompt_token_rate"],
+            generation_token_rate=fields["generation_token_rate"],
+            prefix_hit_rate=fields["prefix_hit_rate"],
+            waiting_requests=fields["waiting_requests"],
+            running_requests=fields["running_requests"],
+            kv_cache_usage=fields["kv_cache_usage"],
+            ttft_p90_s=fields["ttft_p90_s"],
+            itl_p90_s=fields["itl_p90_s"],
+            prompt_tokens_p90=fields["prompt_tokens_p90"],
+            prefill_tokens_per_busy_s=fields["prefill_tokens_per_busy_s"],
+            health=MetricsHealth.OK,
+        )
