@@ -46,8 +46,12 @@ def table(results: list[dict[str, Any]]) -> str:
             name = r["policy"] + (f" ({r['config']})" if r["config"] else "")
             ratio = r["gpu_hours"] / static["gpu_hours"] if static else None
             reaction = _fmt(r["reaction_s"], ".0f") + " s" if r["reaction_s"] is not None else "n/a"
+            spread = ""
+            if len(r.get("attainment_runs") or ()) > 1:
+                a, g = r["attainment_runs"], r["gpu_hours_runs"]
+                spread = f" ({min(a):.1%}-{max(a):.1%}; {min(g):.2f}-{max(g):.2f} GPU-h over {len(a)} runs)"
             lines.append(
-                f"| {result['workload']} | {name} | {r['attainment']:.1%} | "
+                f"| {result['workload']} | {name} | {r['attainment']:.1%}{spread} | "
                 f"{r['ttft_attainment']:.0%} / {r['itl_attainment']:.0%} | {r['request_attainment']:.1%} | "
                 f"{r['gpu_hours']:.2f} | {_fmt(ratio, '.0%')} | {reaction} | {r['reversals_per_hour']:.1f} | "
                 f"{r['scale_actions']} | {r['lost_requests']} | {r['ttft_p90_ms']:.0f} ms | {r['itl_p90_ms']:.1f} ms |"
@@ -95,7 +99,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
         for name in POLICY_ORDER:
             if name in traces:
                 trace = traces[name]
-                ax.step([t / 60 for t in trace["t"]], trace[pool], where="post", label=name, color=COLORS.get(name))
+                ours = name == "ours"
+                ax.step(
+                    [t / 60 for t in trace["t"]],
+                    trace[pool],
+                    where="post",
+                    label=name,
+                    color=COLORS.get(name),
+                    linewidth=2.5 if ours else 1.0,
+                    zorder=10 if ours else 2,
+                )
         ax.set_ylabel(f"{pool} replicas")
     axes[1].legend(loc="upper right", fontsize=8)
     for name in POLICY_ORDER:

@@ -29,6 +29,9 @@ import workloads  # noqa: E402
 SEED = 20261130
 WINDOW_S = 60.0
 ATTAINMENT_TARGET = 0.95
+REPEATS = 3
+"""Replays of our policy per workload: the simulator is not bit-for-bit deterministic (runs differ by a window
+or two), so the table shows the median run and the range."""
 INITIAL = (2, 2)
 """Where every autoscaler starts (spec.replicas): a plausible first guess, not the answer."""
 RESULTS = HERE / "results"
@@ -54,6 +57,8 @@ class Row:
     ttft_p90_ms: float
     itl_p90_ms: float
     config: str = ""
+    attainment_runs: tuple[float, ...] = ()
+    gpu_hours_runs: tuple[float, ...] = ()
 
 
 def p90(values: list[float]) -> float:
@@ -251,14 +256,22 @@ def run_workload(name: str, npz: Path, planners: list[str], log: Callable[[str],
     rows: list[Row] = []
     traces: dict[str, Any] = {}
     started = time.time()
-    for label, make in (("ours", policies.Ours), ("hpa", policies.Hpa)):
-        policy = make()
-        result = sim.replay(trace, npz, *INITIAL, policy=policy)
-        rows.append(evaluate(workload, label, result))
-        traces[label] = _trace(result)
-        if label == "ours":
-            traces["ours_decisions"] = result.decisions
-        log(f"  {name}/{label}: {time.time() - started:.0f}s")
+    runs = []
+    for _ in range(REPEATS):
+        result = sim.replay(trace, npz, *INITIAL, policy=policies.Ours())
+        runs.append((evaluate(workload, "ours", result), result))
+    runs.sort(key=lambda run: (run[0].attainment, -run[0].gpu_hours))
+    median, result = runs[len(runs) // 2]
+    median.attainment_runs = tuple(r.attainment for r, _ in runs)
+    median.gpu_hours_runs = tuple(r.gpu_hours for r, _ in runs)
+    rows.append(median)
+    traces["ours"] = _trace(result)
+    traces["ours_decisions"] = result.decisions
+    log(f"  {name}/ours x{REPEATS}: {time.time() - started:.0f}s")
+    result = sim.replay(trace, npz, *INITIAL, policy=policies.Hpa())
+    rows.append(evaluate(workload, "hpa", result))
+    traces["hpa"] = _trace(result)
+    log(f"  {name}/hpa: {time.time() - started:.0f}s")
     failures = {}
     for target in planners:
         label = f"planner-{target}"
