@@ -22,7 +22,7 @@ from typing import Literal
 
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.pool import PoolName
-from disagg.api.resolve import gpus_per_replica, operator_scales, pool_of
+from disagg.api.resolve import effective_engine, gpus_per_replica, operator_scales, pool_of
 from disagg.api.units import parse_duration
 
 from .snapshot import MetricsHealth, Observation, PoolSnapshot
@@ -80,7 +80,7 @@ class Tuning:
     concurrency_z: float = 1.0
     """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation."""
     max_batch: float = 256.0
-    """vLLM's default max_num_seqs: a replica never runs more sequences than this, however short they are."""
+    """vLLM's default max_num_seqs, used when the spec does not set one: a replica never runs more sequences."""
 
     correction_smoothing: float = 0.3
     """EWMA weight of a new sample of k when it is above the current estimate..."""
@@ -122,6 +122,8 @@ class PolicyConfig:
     ratio_max: float | None
     prefill: PoolLimits
     decode: PoolLimits
+    decode_max_batch: int | None = None
+    """The decode engines' max_num_seqs, when the spec sets it: no replica runs more sequences."""
 
     def limits(self, name: PoolName) -> PoolLimits:
         return self.prefill if name == "prefill" else self.decode
@@ -159,6 +161,7 @@ def config_from_spec(spec: DisaggDeploymentSpec) -> PolicyConfig:
         ratio_max=scaling.ratio.max,
         prefill=limits("prefill"),
         decode=limits("decode"),
+        decode_max_batch=effective_engine(spec, "decode").max_num_seqs,
     )
 
 
@@ -568,7 +571,7 @@ def _propose_decode(
     per_replica_usage = _target_kv_usage(config, state, tuning)
     a, b = _itl_line(config, state, tuning)
     itl_at_target = min(a + b * per_replica_usage, tuning.itl_margin * target)
-    batch = min(per_replica_usage / usage_per_sequence, tuning.max_batch)
+    batch = min(per_replica_usage / usage_per_sequence, config.decode_max_batch or tuning.max_batch)
     # Sequences waiting for a decode slot need one too (Little's law only counts those being served).
     waiting = snap.waiting_requests or 0.0
     concurrency = rate * itl_at_target + waiting

@@ -316,3 +316,20 @@ def test_a_decode_queue_is_decode_s_problem_not_prefill_s() -> None:
     d = run.step(prefill_snap(run.now, ttft=3.0, waiting=10), queued)
     assert replicas(d)[0] == 2
     assert replicas(d)[1] >= 5  # (87.5 + 60 waiting) sequences at 34 per replica, with headroom
+
+
+def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
+    # Short sequences: 0.0021 usage each, so the ITL fit alone would allow 171 per replica.
+    def short(at: float) -> PoolSnapshot:
+        return PoolSnapshot(
+            "decode", at, INTERVAL, 3, generation_token_rate=20_000.0, running_requests=500.0,
+            waiting_requests=0.0, kv_cache_usage=0.35, itl_p90_s=0.017,
+        )  # fmt: skip
+
+    free = decide(make_spec(), Observation(prefill_snap(0.0), short(0.0)), None, 0.0)
+    capped = decide(
+        make_spec(decode={"engine": {"maxNumSeqs": 64}}), Observation(prefill_snap(0.0), short(0.0)), None, 0.0
+    )
+    assert free.decode is not None and capped.decode is not None
+    assert capped.decode.replicas > free.decode.replicas
+    assert "64 per replica" in capped.decode.reason
