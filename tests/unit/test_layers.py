@@ -16,7 +16,18 @@ from tests.conftest import REPO
 PACKAGE = REPO / "operator" / "disagg"
 LAYERS = ["api", "plan", "render", "scaling", "reconcile", "cli"]
 """Bottom to top: a module may import its own layer and the layers before it, never one after it."""
-PURE = ["api", "plan", "render", "scaling/policy"]
+PURE = [
+    "api",
+    "plan",
+    "render",
+    "scaling/policy",
+    "scaling/snapshot",
+    "scaling/promtext",
+    "scaling/window",
+    "scaling/sources/base",
+]
+PURE_EXCEPTIONS = {"prometheus_client.parser"}
+"""The text-format parser is a pure function; the rest of prometheus_client holds registries and servers."""
 """The pure core: no clients, no network, no clock, no randomness, no environment, no processes."""
 IMPURE_MODULES = {
     "kopf",
@@ -93,7 +104,7 @@ def test_the_pure_core_does_no_io(part: str) -> None:
         f"{path.relative_to(REPO)} imports {module}"
         for path in _modules(target)
         for module in _imports(path)
-        if module.split(".")[0] in IMPURE_MODULES
+        if module.split(".")[0] in IMPURE_MODULES and module not in PURE_EXCEPTIONS
     ]
     assert offenders == []
 
