@@ -58,3 +58,21 @@ golden: dev ## regenerate tests/golden from examples/ (review the diff before co
 
 bench: dev ## render benchmark (docs/performance.md records the figures)
 	$(RUN) python bench/render_bench.py
+
+# ---- install path: Helm chart and plain manifests (docs/install.md) ------------------------------------------------
+# The pinned helm that `make cluster-build` puts in the e2e cache; helm on PATH otherwise.
+HELM = $(shell p=$$($(PY) -c 'from e2e.localcluster.config import BinDir; print(BinDir.default().binary("helm"))' 2>/dev/null); \
+	if [ -x "$$p" ]; then echo "$$p"; else echo helm; fi)
+
+.PHONY: chart-sync manifests chart-test
+
+chart-sync: ## copy the generated CRD (crds/) into the Helm chart; run after `make crds`
+	cp crds/disagg.dev_disaggdeployments.yaml charts/disagg-operator/crds/disagg.dev_disaggdeployments.yaml
+
+manifests: dev chart-sync ## render manifests/install.yaml from the chart's defaults with the pinned helm
+	HELM="$(HELM)" charts/render-manifests.sh > manifests/install.yaml.tmp
+	mv manifests/install.yaml.tmp manifests/install.yaml
+
+chart-test: dev ## chart tests: unit (no helm) and helm lint/template/schema/manifests plus install on the local cluster
+	$(RUN) pytest tests/unit/chart
+	$(RUN) pytest e2e/test_helm.py

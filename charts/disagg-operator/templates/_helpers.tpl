@@ -1,0 +1,109 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "disagg-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every object name: fullnameOverride, or <release>-<chart> unless the release already says it. */}}
+{{- define "disagg-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "disagg-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the operator pod; never change them (Deployment selectors are immutable). */}}
+{{- define "disagg-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "disagg-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "disagg-operator.labels" -}}
+helm.sh/chart: {{ include "disagg-operator.chart" . }}
+{{ include "disagg-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: disagg-operator
+{{- end }}
+
+{{- define "disagg-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "disagg-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
+{{- else }}
+{{- fail "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" }}
+{{- end }}
+{{- end }}
+
+{{- define "disagg-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+RBAC rules for what the operator does inside a watched namespace. The same list, in the same order, as
+e2e/rbac/operator-clusterwide.yaml (a test compares them):
+- its own resource: read, patch status, update finalizers (children's ownerReferences set blockOwnerDeletion,
+  which the API server allows only to those who may update the owner's finalizers);
+- every child kind it renders: server-side apply (create + patch), list/watch for drift and pruning, delete to
+  prune; roles/rolebindings because the router discovers engine pods through the API and gets a Role for that
+  (RBAC lets the operator grant only what it holds itself, hence pods get/list/watch);
+- pods read-only (status explains pods that are not running); events create/patch.
+*/}}
+{{- define "disagg-operator.namespacedRules" -}}
+- apiGroups: [disagg.dev]
+  resources: [disaggdeployments]
+  verbs: [get, list, watch]
+- apiGroups: [disagg.dev]
+  resources: [disaggdeployments/status]
+  verbs: [get, patch]
+- apiGroups: [disagg.dev]
+  resources: [disaggdeployments/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [serviceaccounts, configmaps, services]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/*
+Cluster-scope reads kopf makes in every mode: CRDs (to find the DisaggDeployment resource and notice changes)
+and namespace names (to resolve the watched-namespace patterns the operator passes to kopf; without this kopf
+falls back to "no namespaces" and the operator watches nothing).
+*/}}
+{{- define "disagg-operator.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}
