@@ -5,7 +5,9 @@
 #   e2e/kind/run.sh [pytest args...]
 # Env: KIND_CLUSTER_NAME (default disagg-e2e), KIND_NODE_IMAGE (kindest/node
 #      tag; default: kind's own), KEEP_CLUSTER=1 to keep the cluster afterwards,
-#      SKIP_LWS=1 to leave LeaderWorkerSet out.
+#      SKIP_LWS=1 to leave LeaderWorkerSet out, SKIP_IMAGE=1 to skip building
+#      the operator image, DISAGG_E2E_OPERATOR_IMAGE to name it (default
+#      ghcr.io/disagg-dev/disagg-operator:e2e).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,8 +53,23 @@ if [[ -z "${SKIP_LWS:-}" ]]; then
 fi
 
 # ---- operator image -------------------------------------------------------
-# TODO(Dockerfile owner): build the operator image and load it here, e.g.
-#   docker build -t disagg-operator:e2e "$REPO" && kind load docker-image disagg-operator:e2e --name "$NAME"
+# Built from operator/Dockerfile and loaded into the nodes, so the Helm chart's
+# Deployment (e2e/test_helm.py) runs the code under test. SKIP_IMAGE=1 skips
+# the build (the chart's pod then stays in ImagePullBackOff and the install
+# test fails unless DISAGG_E2E_OPERATOR_IMAGE names a pullable image).
+export DISAGG_E2E_OPERATOR_IMAGE=${DISAGG_E2E_OPERATOR_IMAGE:-ghcr.io/disagg-dev/disagg-operator:e2e}
+if [[ -z "${SKIP_IMAGE:-}" ]]; then
+	if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+		docker build -f "$REPO/operator/Dockerfile" -t "$DISAGG_E2E_OPERATOR_IMAGE" "$REPO"
+		kind load docker-image "$DISAGG_E2E_OPERATOR_IMAGE" --name "$NAME"
+	else # Podman: kind loads an image archive
+		podman build -f "$REPO/operator/Dockerfile" -t "$DISAGG_E2E_OPERATOR_IMAGE" "$REPO"
+		archive=$(mktemp "${TMPDIR:-/tmp}/disagg-operator-image.XXXXXX.tar")
+		podman save -o "$archive" "$DISAGG_E2E_OPERATOR_IMAGE"
+		kind load image-archive "$archive" --name "$NAME"
+		rm -f "$archive"
+	fi
+fi
 # ---------------------------------------------------------------------------
 
 cd "$REPO"
