@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,8 @@ import pytest
 
 from e2e.localcluster import cluster
 from e2e.localcluster.config import BUILD_SCRIPT, REPO_ROOT, BinDir, default_state_dir
-from e2e.localcluster.testing import KubeCluster
+from e2e.localcluster.testing import KubeCluster, wait_for
+from e2e.operator_support import RBAC_DIR, OperatorProcess, install_crd, token_kubeconfig
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,3 +89,43 @@ def kube_cluster() -> Iterator[KubeCluster]:
         patch.undo()
         if started_here:
             cluster.down(root, bins, _say)
+
+
+@pytest.fixture(scope="session")
+def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC.
+
+    Its identity lives in a namespace of its own, removed afterwards with the cluster-scoped RBAC, so tests that
+    install the operator another way (Helm, plain manifests) find the cluster as a user would.
+    """
+    install_crd(kube_cluster)
+    home = "disagg-e2e-operator"
+    rbac = (
+        (RBAC_DIR / "operator-clusterwide.yaml").read_text().replace("namespace: disagg-system", f"namespace: {home}")
+    )
+    rbac = rbac.replace("name: disagg-operator}", "name: disagg-e2e-operator}")
+    kube_cluster.run("create", "namespace", home)
+    kube_cluster.kubectl("apply", "-f", "-", stdin=rbac)
+    token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", home, "--duration=6h").strip()
+    directory = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(
+        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log"
+    )
+    process.start()
+    yield process
+    process.stop()
+    print(f"operator log tail:\n{process.log_tail()}")
+    kube_cluster.run("delete", "-f", "-", "--wait=false", stdin=rbac)
+    kube_cluster.run("delete", "namespace", home, "--wait=false")
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, operator: OperatorProcess) -> Iterator[str]:
+    name = f"dd-{uuid.uuid4().hex[:8]}"
+    kube_cluster.kubectl("create", "namespace", name)
+    wait_for(
+        f"serviceaccount default in {name}", lambda: kube_cluster.run("get", "sa/default", "-n", name).returncode == 0
+    )
+    yield name
+    # Wait, so the next test finds the fake GPUs free again.
+    kube_cluster.run("delete", "namespace", name, "--timeout=120s")

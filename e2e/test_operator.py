@@ -6,8 +6,6 @@ import copy
 import json
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,49 +13,17 @@ import yaml
 
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import (
-    RBAC_DIR,
     REPO,
     OperatorProcess,
     children,
     condition,
-    install_crd,
     metric_value,
     status_of,
-    token_kubeconfig,
     wait_phase,
 )
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = REPO / "examples"
-
-
-@pytest.fixture(scope="module")
-def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC."""
-    install_crd(kube_cluster)
-    kube_cluster.run("create", "namespace", "disagg-system")
-    kube_cluster.kubectl("apply", "-f", str(RBAC_DIR / "operator-clusterwide.yaml"))
-    token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", "disagg-system", "--duration=6h").strip()
-    directory = tmp_path_factory.mktemp("operator")
-    process = OperatorProcess(
-        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log"
-    )
-    process.start()
-    yield process
-    process.stop()
-    print(f"operator log tail:\n{process.log_tail()}")
-
-
-@pytest.fixture
-def namespace(kube_cluster: KubeCluster, operator: OperatorProcess) -> Iterator[str]:
-    name = f"dd-{uuid.uuid4().hex[:8]}"
-    kube_cluster.kubectl("create", "namespace", name)
-    wait_for(
-        f"serviceaccount default in {name}", lambda: kube_cluster.run("get", "sa/default", "-n", name).returncode == 0
-    )
-    yield name
-    # Wait, so the next test finds the fake GPUs free again.
-    kube_cluster.run("delete", "namespace", name, "--timeout=120s")
 
 
 def example(stem: str) -> dict[str, Any]:
@@ -261,7 +227,7 @@ def test_status_is_ready_only_when_both_pools_and_the_router_are(kube_cluster: K
     assert condition(status, "Ready")["status"] == "False"
     progressing = condition(status, "Progressing")
     assert progressing["reason"] == "PodsNotRunning" and "unschedulable" in progressing["message"]
-    node = "gpu-nvidia-3"
+    node = _free_nvidia_node(kube_cluster)
     kube_cluster.kubectl("label", "node", node, f"{label}=yes")
     try:
         ready = wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
@@ -284,6 +250,15 @@ def test_status_is_ready_only_when_both_pools_and_the_router_are(kube_cluster: K
         assert {"PoolLostPods", "Recovered"} <= reasons
     finally:
         kube_cluster.run("label", "node", node, f"{label}-")
+
+
+def _free_nvidia_node(kube: KubeCluster) -> str:
+    """An NVIDIA node no pod is using, so the decode pod is certain to fit there."""
+    used = {pod["spec"].get("nodeName") for pod in kube.get("pods", "-A")["items"]}
+    for node in kube.get("nodes", "-l", "nvidia.com/gpu.present=true")["items"]:
+        if node["metadata"]["name"] not in used:
+            return str(node["metadata"]["name"])
+    raise AssertionError("no free NVIDIA node")
 
 
 def test_multi_node_pools_run_as_leaderworkersets(kube_cluster: KubeCluster, namespace: str) -> None:

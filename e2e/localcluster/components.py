@@ -16,8 +16,10 @@ from .pki import SERVICE_CIDR, Pki
 LOOPBACK = "127.0.0.1"
 # Service-account tokens are issued for the in-cluster name, as on real clusters.
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# Pod IPs kwok hands out; must not overlap the service range (kwok's default does).
-POD_CIDR = "10.244.0.0/16"
+# Pod IPs kwok hands out; must not overlap the service range (kwok's default does). They are loopback
+# addresses so that a test can serve a fake pod's HTTP endpoints (e.g. vLLM /metrics for the autoscaler) from
+# this machine at exactly the pod's IP; Linux answers on all of 127.0.0.0/8.
+POD_CIDR = "127.1.0.0/16"
 # kwok manages only nodes carrying this annotation, so it never touches a real
 # node if someone points it at another cluster by mistake.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -214,6 +216,9 @@ def kube_controller_manager(bins: BinDir, lay: Layout, ports: Ports) -> Componen
         f"--cluster-signing-cert-file={pki.ca_cert}",
         f"--cluster-signing-key-file={pki.ca_key}",
         "--cluster-name=disagg-e2e",
+        # No kube-proxy consumes Endpoints here, and pods have loopback IPs (see POD_CIDR) that Endpoint(Slice)
+        # validation refuses; without these controllers every Service would collect warning events.
+        "--controllers=*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
         # Default client QPS (20) makes garbage collection and namespace
         # deletion visibly slow in tests.
         "--kube-api-qps=200",

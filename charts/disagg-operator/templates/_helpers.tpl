@@ -95,15 +95,11 @@ e2e/rbac/operator-clusterwide.yaml (a test compares them):
 {{- end }}
 
 {{/*
-Cluster-scope reads kopf makes in every mode: CRDs (to find the DisaggDeployment resource and notice changes)
-and namespace names (to resolve the watched-namespace patterns the operator passes to kopf; without this kopf
-falls back to "no namespaces" and the operator watches nothing).
+The cluster-scope read kopf makes in every mode: CRDs (to find the DisaggDeployment resource and notice changes).
+Namespace mode adds namespaces list/watch (see rbac.yaml); cluster-wide mode does not need it.
 */}}
 {{- define "disagg-operator.clusterRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get, list, watch]
-- apiGroups: [""]
-  resources: [namespaces]
-  verbs: [list, watch]
 {{- end }}

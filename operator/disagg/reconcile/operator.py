@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import signal
 import socket
 from collections.abc import Mapping
@@ -106,7 +105,8 @@ async def run_operator(
                 registry=registry,
                 standalone=True,
                 clusterwide=not namespaces,
-                namespaces=[re.compile(f"^{re.escape(ns)}$") for ns in namespaces],
+                # Plain names: kopf watches them directly, without the cluster-wide namespace list patterns need.
+                namespaces=list(namespaces),
                 liveness_endpoint=liveness,
                 stop_flag=stop,
             )

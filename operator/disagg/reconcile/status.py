@@ -223,12 +223,16 @@ _STATUS_KEY = {"prefill": "prefill", "decode": "decode", "router": "router", "re
 
 
 def _lost_pods(component: _Component, previous: dict[str, Any]) -> str | None:
-    """Something that had every replica ready, with the same target, has fewer now and is not rolling out: pods
-    were lost (node failure, eviction, crash), which is Degraded rather than Progressing."""
+    """Something that had every replica ready, with the same target, has fewer now while all its pods are of the
+    current revision (so it is not rolling out): pods were lost (node failure, eviction, crash), which is Degraded
+    rather than Progressing. It stays Degraded until the pool is whole again, even through the moment a
+    replacement pod is created."""
     progress = component.progress
     key = _STATUS_KEY.get(component.name)
-    if progress is None or key is None:
+    if progress is None or key is None or progress.ready >= component.desired or not progress.current_generation:
         return None
+    if progress.replicas != progress.updated:
+        return None  # pods of an older revision exist: a rollout, reported as Progressing
     before = previous.get(key) or {}
     was_ready = int(before.get("readyReplicas", 0))
     if key in ("prefill", "decode"):
@@ -236,6 +240,20 @@ def _lost_pods(component: _Component, previous: dict[str, Any]) -> str | None:
         same_target = int(before.get("desiredReplicas", -1)) == component.desired
     else:
         was_full, same_target = bool(before.get("ready")), was_ready >= component.desired
-    if was_full and same_target and progress.ready < component.desired and progress.updated >= component.desired:
-        return f"{component.name} has {progress.ready}/{component.desired} ready replicas (had {was_ready})"
+    still_lost = _reported_lost(previous, component.name)
+    if (was_full and same_target) or still_lost:
+        had = f"had {was_ready}" if not still_lost else "still short"
+        return f"{component.name} has {progress.ready}/{component.desired} ready replicas ({had})"
     return None
+
+
+def _reported_lost(previous: dict[str, Any], name: str) -> bool:
+    """Whether the previous status already reported this component as having lost pods."""
+    for condition in previous.get("conditions") or []:
+        if (
+            condition.get("type") == "Degraded"
+            and condition.get("status") == "True"
+            and f"{name} has " in str(condition.get("message", ""))
+        ):
+            return True
+    return False

@@ -105,6 +105,10 @@ def test_losing_pods_after_being_ready_is_degraded_with_a_reason() -> None:
     degraded = condition(report.status, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "PoolLostPods"
     assert "decode has 0/1 ready replicas (had 1)" in degraded["message"]
+    replacement_not_created_yet = live(**{"m-decode": workload("m-decode", 1, 0, updated=0)})
+    replacement_not_created_yet[("Deployment", "m-decode")]["status"]["replicas"] = 0
+    still = compute_status(observe(replacement_not_created_yet, previous=report.status))
+    assert condition(still.status, "Degraded")["reason"] == "PoolLostPods"  # through the gap, not Progressing
     assert any(t.type == "Degraded" and t.new == "True" for t in report.transitions)
 
 
