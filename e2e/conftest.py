@@ -91,9 +91,12 @@ def kube_cluster() -> Iterator[KubeCluster]:
             cluster.down(root, bins, _say)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC.
+
+    Module-scoped: a cluster-wide operator left running would also reconcile what other modules (the Helm tests'
+    namespace-scoped operator) expect to be left alone.
 
     Its identity lives in a namespace of its own, removed afterwards with the cluster-scoped RBAC, so tests that
     install the operator another way (Helm, plain manifests) find the cluster as a user would.

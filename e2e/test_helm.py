@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -211,7 +212,11 @@ def test_namespace_list_rbac_is_a_role_per_namespace_plus_cluster_reads(helm: He
     cluster_scope, namespaced = split_rules()
     docs = helm.template("--set-json", 'watchNamespaces=["team-a","team-b"]')
     (cluster_role,) = by_kind(docs, "ClusterRole")
-    assert cluster_role["rules"] == cluster_scope
+    # Namespace mode adds the namespace listing kopf does when given a list of namespaces.
+    assert cluster_role["rules"] == [
+        *cluster_scope,
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    ]
     roles = {doc["metadata"]["namespace"]: doc for doc in by_kind(docs, "Role")}
     assert set(roles) == {"team-a", "team-b"}
     assert all(role["rules"] == namespaced for role in roles.values())
@@ -477,7 +482,8 @@ class TestOnCluster:
         assert (
             "403 Forbidden" in line and f"system:serviceaccount:{release.namespace}:{release.service_account}" in line
         )
-        assert 'cannot get resource "disaggdeployments"' in line, line
+        # The first call to fail may be the read or the status write, depending on where the pass was.
+        assert re.search(r'cannot (get|patch) resource "disaggdeployments(/status)?"', line), line
         assert metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient") > errors_before
 
     def test_upgrade_changes_a_value_and_restores_the_rbac(
