@@ -19,10 +19,12 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from e2e.localcluster import cluster
 from e2e.localcluster.config import BinDir, default_state_dir
 from e2e.localcluster.testing import KubeCluster
-from e2e.operator_support import REPO, install_crd
+from e2e.operator_support import REPO, install_crd, with_test_images
 
 NAMESPACE = "disagg-demo"
 EXAMPLE = REPO / "examples" / "01-minimal.yaml"
@@ -57,9 +59,11 @@ def cluster_for_demo() -> KubeCluster:
         say(f"using the current kube context ({kubeconfig})")
         return KubeCluster(Path(kubeconfig), _kubectl_on_path(), local=False)
     if choice == "kind" or (choice == "auto" and _docker_usable()):
-        say("creating a kind cluster (e2e/kind/up.sh)")
-        output = subprocess.run([str(REPO / "e2e" / "kind" / "up.sh")], check=True, capture_output=True, text=True)
+        say("creating a kind cluster (e2e/kind/up.sh; engines run the vLLM simulator: kind has no GPUs)")
+        output = subprocess.run([str(REPO / "e2e" / "kind" / "up.sh")], check=True, stdout=subprocess.PIPE, text=True)
         kubeconfig = output.stdout.strip().splitlines()[-1]
+        os.environ.setdefault("DISAGG_E2E_ENGINE_IMAGE", "disagg-vllm-sim:e2e")
+        os.environ.setdefault("DISAGG_E2E_ROUTER_IMAGE", "ghcr.io/disagg-dev/vllm-router:e2e")
         return KubeCluster(Path(kubeconfig), _kubectl_on_path(), local=False)
     bins = BinDir.default()
     if not bins.is_complete():
@@ -121,7 +125,9 @@ def up() -> None:
     kube.run("create", "namespace", NAMESPACE)
     say(f"applying {EXAMPLE.relative_to(REPO)}:")
     print(EXAMPLE.read_text(), flush=True)
-    kube.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
+    kube.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(with_test_images(yaml.safe_load(EXAMPLE.read_text())))
+    )
     if not watch_until_ready(kube):
         say("not Ready in time; `kubectl describe dd` says why:")
         print(kube.run("describe", "dd", NAME, "-n", NAMESPACE).stdout)

@@ -182,3 +182,26 @@ def children(kube: KubeCluster, namespace: str, name: str) -> dict[tuple[str, st
 
 def wait_seconds(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def with_test_images(document: dict[str, Any]) -> dict[str, Any]:
+    """The DisaggDeployment with the images a container-running cluster (kind) can start without GPUs.
+
+    On the local control plane pods are never started, so the examples are applied as written. e2e/kind/up.sh
+    builds and loads a vLLM simulator and vllm-router, and names them in these variables.
+    """
+    engine = os.environ.get("DISAGG_E2E_ENGINE_IMAGE")
+    router = os.environ.get("DISAGG_E2E_ROUTER_IMAGE")
+    if not engine and not router:
+        return document
+    spec = document.setdefault("spec", {})
+    if engine:
+        spec.setdefault("engine", {})["image"] = engine
+        store = spec.get("kvCache", {}).get("store")
+        if store and store.get("type") == "mooncake":
+            store.setdefault("mooncake", {})["masterImage"] = engine
+        if store and store.get("type") == "lmcache":
+            store.setdefault("lmcache", {})["serverImage"] = engine
+    if router:
+        spec.setdefault("frontend", {}).setdefault("router", {})["image"] = router
+    return document

@@ -36,6 +36,7 @@ from e2e.operator_support import (
     status_of,
     token_kubeconfig,
     wait_phase,
+    with_test_images,
 )
 
 pytestmark = pytest.mark.e2e
@@ -393,7 +394,7 @@ def operator(
 
 
 def _apply_example(kube: KubeCluster, namespace: str) -> str:
-    document = yaml.safe_load(EXAMPLE.read_text())
+    document = with_test_images(yaml.safe_load(EXAMPLE.read_text()))
     kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
     return str(document["metadata"]["name"])
 

@@ -20,6 +20,7 @@ from e2e.operator_support import (
     metric_value,
     status_of,
     wait_phase,
+    with_test_images,
 )
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +29,7 @@ EXAMPLES = REPO / "examples"
 
 def example(stem: str) -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{stem}.yaml").read_text())
-    return document
+    return with_test_images(document)
 
 
 def apply(kube: KubeCluster, namespace: str, document: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ the operator reaches it exactly as it would reach vLLM. Its metrics are produced
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -176,3 +177,34 @@ class SimEngine:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def _listen_port(program: str, args: list[str]) -> int:
+    """The port the real program would listen on, from its own arguments."""
+    if program == "lmcache_server":  # lmcache_server HOST PORT [STORAGE]
+        return int(args[1])
+    for index, arg in enumerate(args):
+        if arg == "--port":
+            return int(args[index + 1])
+        if arg.startswith(("--rpc_port=", "-rpc_port=")):
+            return int(arg.split("=", 1)[1])
+    return 50051 if program == "mooncake_master" else 8000
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vllm serve MODEL [--port N] ...`, `vllm launch render ...`, `mooncake_master ...` or `lmcache_server ...` on
+    clusters that run real containers without GPUs (kind): an idle process that answers health checks on the
+    program's port and serves vLLM-format /metrics."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    program = os.environ.get("DISAGG_SIM_PROGRAM", "vllm")
+    port = _listen_port(program, args)
+    engine = SimEngine("decode", "0.0.0.0", port, PoolLoad())
+    engine.start()
+    print(f"simulated {program} {' '.join(args[:2])} on :{port}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
