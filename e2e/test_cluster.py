@@ -6,7 +6,6 @@ These guard the assumptions the operator's e2e tests build on.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -20,6 +19,7 @@ import yaml
 
 from e2e.localcluster.config import NODES_FILE, read_versions
 from e2e.localcluster.testing import KubeCluster, KubectlError, wait_for
+from e2e.operator_support import token_kubeconfig
 
 pytestmark = pytest.mark.e2e
 
@@ -157,31 +157,12 @@ def test_pod_asking_more_gpus_than_any_node_stays_pending(kube_cluster: KubeClus
     assert "nodeName" not in pod["spec"]
 
 
-def _token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
-    """Same cluster and CA as the admin kubeconfig, but authenticated by `token` only."""
-    view = json.loads(kube.kubectl("config", "view", "--raw", "--minify", "-o", "json"))
-    cluster = view["clusters"][0]["cluster"]
-    if "certificate-authority" in cluster:
-        ca = Path(cluster["certificate-authority"]).read_bytes()
-        cluster = {"server": cluster["server"], "certificate-authority-data": base64.b64encode(ca).decode()}
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def test_rbac_denies_a_service_account_without_permissions(
     kube_cluster: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     kube_cluster.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
     token = kube_cluster.kubectl("create", "token", "nobody", "-n", namespace).strip()
-    as_sa = _token_kubeconfig(kube_cluster, token, tmp_path / "sa.kubeconfig")
+    as_sa = token_kubeconfig(kube_cluster, token, tmp_path / "sa.kubeconfig")
 
     denied = kube_cluster.run("get", "pods", "-n", namespace, kubeconfig=as_sa)
     assert denied.returncode != 0

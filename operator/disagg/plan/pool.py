@@ -150,26 +150,12 @@ def _workload(
         surge = pool.rollout.max_surge
     if pool.rollout.max_unavailable is not None:
         unavailable = pool.rollout.max_unavailable
-    owned = pool.autoscaling.enabled
-    if layout.layout == "single":
-        strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
-        return WorkloadPlan(
-            "Deployment",
-            child_name(deployment, role),
-            role,
-            common_labels(deployment, role),
-            selector_labels(deployment, role),
-            pool.replicas,
-            pod,
-            strategy,
-            replicas_owned_elsewhere=owned,
-        )
-    strategy = {
-        "type": "RollingUpdate",
-        "rollingUpdateConfiguration": {"maxSurge": surge, "maxUnavailable": unavailable},
-    }
+    limits = {"maxSurge": surge, "maxUnavailable": unavailable}
+    single = layout.layout == "single"
+    # Deployment and LeaderWorkerSet spell the same rolling-update limits under different keys.
+    strategy = {"type": "RollingUpdate", "rollingUpdate" if single else "rollingUpdateConfiguration": limits}
     return WorkloadPlan(
-        "LeaderWorkerSet",
+        "Deployment" if single else "LeaderWorkerSet",
         child_name(deployment, role),
         role,
         common_labels(deployment, role),
@@ -177,16 +163,16 @@ def _workload(
         pool.replicas,
         pod,
         strategy,
-        group_size=layout.nodes,
-        worker_pod=worker,
-        replicas_owned_elsewhere=owned,
+        group_size=1 if single else layout.nodes,
+        worker_pod=None if single else worker,
+        replicas_owned_elsewhere=pool.autoscaling.enabled,
     )
 
 
 def _pool_service(
     deployment: str, role: PoolName, layout: MultiNode, extra_ports: list[dict[str, Any]], port: int | None = None
 ) -> ServicePlan:
-    """A ClusterIP Service in front of the pool's API pods (leaders only for multi-node replicas)."""
+    """A headless Service in front of the pool's API pods (leaders only for multi-node replicas)."""
     selector = selector_labels(deployment, role)
     if layout.layout != "single":
         selector[LWS_WORKER_INDEX_LABEL] = "0"
