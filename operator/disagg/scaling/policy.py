@@ -74,7 +74,10 @@ class Tuning:
     itl_prior_idle_share: float = 0.25
     """Prior of the ITL fit: idle ITL is this share of the target..."""
     itl_prior_usage_at_target: float = 0.6
-    """...and the target is reached at this KV usage. Both fade as real observations accumulate."""
+    """...and the target is reached at this KV usage (KV reads alone). The priors fade as observations accumulate."""
+    itl_prior_batch_share: float = 0.25
+    """...and a full batch (maxNumSeqs) of sequences adds this share of what the target leaves above idle, on top of
+    their KV reads: per-sequence work in every step."""
     itl_prior_weight: float = 2.0
     itl_fit_half_life_s: float = 600.0
     concurrency_z: float = 1.0
@@ -87,6 +90,27 @@ class Tuning:
     correction_decay: float = 0.05
     """...and when it is below: burstiness is a property of the traffic, learned fast and forgotten slowly, so
     a calm interval at low load does not undo what the last burst taught."""
+
+    feedback_min_queue: float = 1.0
+    """The feedback path needs at least this many requests queued on average: a broken TTFT with an empty prefill
+    queue is not prefill's doing (in P/D it is usually the decode admission that just drained)."""
+    decode_queue_share: float = 0.05
+    """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
+
+    burst_hold_windows: float = 3.0
+    """After the pool was caught short (see `burst_factor`), scale down only to the highest recommendation of this
+    many scaleDown stabilisation windows (15 min with the default 5 min): a load that jumped faster than replicas
+    start once is likely to jump again, and its first minutes are lost whatever the reaction. A multiple of the
+    spec's window, so a user who asks for fast release still gets it. Proposed as an API field in
+    docs/autoscaling.md."""
+    burst_factor: float = 2.0
+    """Caught short: a scale-up while the SLO was already broken, or to at least this many times (and two more
+    than) the replicas the pool had."""
+
+    rise_t: float = 2.0
+    """No scale-down while the need's slope over the scaleDown window is positive at this t-statistic..."""
+    rise_min: float = 0.1
+    """...and adds up to at least this many replicas over the window."""
 
     down_tolerance: float = 0.1
     """Scale down to k replicas only when the need is below k * (1 - tolerance): a hysteresis band."""
@@ -178,6 +202,8 @@ class Recommendation:
     """Replicas needed now (ceil of the need)."""
     down_to: int
     """Replicas that would still leave the tolerance band of headroom (ceil of need / (1 - tolerance))."""
+    need: float = 0.0
+    """The continuous need itself, for the trend over the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,17 +218,18 @@ class PoolMemory:
     """First evaluation with usable metrics: no scale-down before a whole window has been seen."""
     ready: int | None = None
     """Ready replicas at the last evaluation: latency measured across a change in capacity is stale evidence."""
+    burst_at: float | None = None
+    """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
 
 
 @dataclass(frozen=True, slots=True)
 class ItlFit:
-    """Exponentially forgetting least-squares sums for ITL p90 = a + b * KV usage."""
+    """Exponentially forgetting least-squares sums for ITL p90 = a + b * u + c * q, where u is the KV usage and q
+    the running sequences per replica over the batch cap: one decode step costs a fixed part (weights), a part per
+    KV token read and a part per sequence. `moments` holds the weighted sums of x_i * x_j and x_i * y over
+    x = (1, u, q), in the order of `_MOMENTS`."""
 
-    weight: float = 0.0
-    sum_x: float = 0.0
-    sum_y: float = 0.0
-    sum_xx: float = 0.0
-    sum_xy: float = 0.0
+    moments: tuple[float, ...] = (0.0,) * 9
     at: float | None = None
 
 
@@ -322,7 +349,7 @@ def _learn(config: PolicyConfig, obs: Observation, state: PolicyState, now: floa
     if _trusted(config, obs.prefill, now, tuning):
         state = _learn_prefill(config, obs.prefill, state, tuning)
     if _trusted(config, obs.decode, now, tuning):
-        state = _learn_decode(obs.decode, state, now, tuning)
+        state = _learn_decode(config, obs.decode, state, now, tuning)
     return state
 
 
@@ -352,23 +379,27 @@ def _learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState,
     return replace(state, queue_factor=_ewma(state.queue_factor, sample, weight))
 
 
-def _learn_decode(snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
+def _learn_decode(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning
+) -> PolicyState:
     if snap.itl_p90_s is None or snap.kv_cache_usage is None or not snap.running_requests:
         return state
     fit = state.itl_fit
     decay = 1.0 if fit.at is None else 0.5 ** (max(now - fit.at, 0.0) / tuning.itl_fit_half_life_s)
-    x, y = snap.kv_cache_usage, snap.itl_p90_s
+    x = (1.0, snap.kv_cache_usage, snap.running_requests / snap.ready_replicas / _max_batch(config, tuning))
+    sample = _moments(x, snap.itl_p90_s, 1.0)
     return replace(
         state,
-        itl_fit=ItlFit(
-            weight=fit.weight * decay + 1.0,
-            sum_x=fit.sum_x * decay + x,
-            sum_y=fit.sum_y * decay + y,
-            sum_xx=fit.sum_xx * decay + x * x,
-            sum_xy=fit.sum_xy * decay + x * y,
-            at=now,
-        ),
+        itl_fit=ItlFit(moments=tuple(m * decay + v for m, v in zip(fit.moments, sample, strict=True)), at=now),
     )
+
+
+_MOMENTS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2), (0, -1), (1, -1), (2, -1))
+"""(i, j) of the sums in ItlFit.moments: x_i * x_j, or x_i * y when j is -1."""
+
+
+def _moments(x: tuple[float, float, float], y: float, weight: float) -> tuple[float, ...]:
+    return tuple(weight * x[i] * (y if j < 0 else x[j]) for i, j in _MOMENTS)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -420,41 +451,90 @@ def _target_utilization(target: float, mean_s: float, p90_s: float, k: float, re
 def _prefill_need(
     demand: float, capacity: float, target: float, times: tuple[float, float], k: float, limit: int, tuning: Tuning
 ) -> tuple[float, float]:
-    """Fewest replicas whose target utilisation covers the demand, as a continuous need, and that utilisation."""
+    """Fewest replicas whose target utilisation covers the demand, as a continuous need, and that utilisation.
+
+    The need is demand / (rho*(n) C) at the n found, but never n - 1 or less: n - 1 replicas were just found too
+    few, even where rho*(n), higher than rho*(n - 1) because more servers pool their queue, would put the plain
+    ratio under n - 1 (and ceil() would then keep the pool at the size that misses the target)."""
     rho = tuning.max_utilization
+    replicas = 1
     for replicas in range(1, max(limit, 1) * 2 + 1):
         rho = _target_utilization(target, times[0], times[1], k, replicas, tuning)
         if demand <= replicas * rho * capacity:
             break
-    return demand / (rho * capacity), rho
+    return max(demand / (rho * capacity), replicas - 1 + 1e-6), rho
 
 
-def _itl_line(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> tuple[float, float]:
-    """(a, b) of ITL p90 = a + b * u: observations weighted against two prior points that fade as data arrives."""
+def _max_batch(config: PolicyConfig, tuning: Tuning) -> float:
+    return float(config.decode_max_batch or tuning.max_batch)
+
+
+@dataclass(frozen=True, slots=True)
+class _ItlModel:
+    """ITL p90 = idle + per_usage * KV usage + per_batch * (sequences per replica / batch cap)."""
+
+    idle: float
+    per_usage: float
+    per_batch: float
+
+    def sequences_at(self, itl: float, usage_per_sequence: float, max_batch: float) -> float:
+        """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache."""
+        per_sequence = self.per_usage * usage_per_sequence + self.per_batch / max_batch
+        return max(itl - self.idle, 0.0) / max(per_sequence, 1e-12)
+
+
+def _itl_model(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> _ItlModel:
+    """Least squares on the observations plus three prior points that fade as data accumulates: idle ITL at a share
+    of the target; the target reached at a KV usage (KV reads); a full batch of tiny sequences adding a share of
+    the target (per-sequence work). One workload mix puts the data on a line in (u, q); the priors decide the rest
+    until a mix change separates the two costs."""
     target = config.itl_target_s or 0.05
-    prior_x = (0.0, tuning.itl_prior_usage_at_target)
-    prior_y = (tuning.itl_prior_idle_share * target, target)
-    fit = state.itl_fit
-    w = tuning.itl_prior_weight
-    n = fit.weight + 2 * w
-    sx = fit.sum_x + w * sum(prior_x)
-    sy = fit.sum_y + w * sum(prior_y)
-    sxx = fit.sum_xx + w * sum(x * x for x in prior_x)
-    sxy = fit.sum_xy + w * sum(x * y for x, y in zip(prior_x, prior_y, strict=True))
-    denominator = n * sxx - sx * sx
-    prior_slope = (prior_y[1] - prior_y[0]) / prior_x[1]
-    slope = (n * sxy - sx * sy) / denominator if denominator > 1e-12 else prior_slope
-    # ITL does not fall as the cache fills; a flat or negative slope means the data cannot identify it.
-    slope = max(slope, 0.25 * prior_slope)
-    intercept = max((sy - slope * sx) / n, 0.0)
-    return intercept, slope
+    idle = tuning.itl_prior_idle_share * target
+    per_usage = (target - idle) / tuning.itl_prior_usage_at_target
+    per_batch = tuning.itl_prior_batch_share * (target - idle)
+    prior = ((0.0, 0.0, idle), (tuning.itl_prior_usage_at_target, 0.0, target), (0.0, 1.0, idle + per_batch))
+    sums = list(state.itl_fit.moments)
+    for u, q, y in prior:
+        for k, v in enumerate(_moments((1.0, u, q), y, tuning.itl_prior_weight)):
+            sums[k] += v
+    m = {key: sums[k] for k, key in enumerate(_MOMENTS)}
+
+    def gram(i: int, j: int) -> float:
+        return m[(min(i, j), max(i, j))]
+
+    # ITL does not fall as load grows: a coefficient the data drives below its floor is pinned there and the
+    # others refitted. Floors: a quarter of the prior slope for KV reads, zero for the per-sequence part.
+    floors = {1: 0.25 * per_usage, 2: 0.0}
+    pinned: dict[int, float] = {}
+    for _ in range(3):
+        free = [i for i in range(3) if i not in pinned]
+        rhs = [m[(i, -1)] - sum(gram(i, j) * v for j, v in pinned.items()) for i in free]
+        solved = _solve([[gram(i, j) for j in free] for i in free], rhs)
+        coefficients = dict(zip(free, solved, strict=True)) if solved is not None else {0: idle, 1: per_usage, 2: 0.0}
+        coefficients.update(pinned)
+        low = [i for i, floor in floors.items() if i not in pinned and coefficients[i] < floor]
+        if not low:
+            break
+        pinned[low[0]] = floors[low[0]]
+    return _ItlModel(max(coefficients[0], 0.0), coefficients[1], coefficients[2])
 
 
-def _target_kv_usage(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> float:
-    target = config.itl_target_s or 0.05
-    intercept, slope = _itl_line(config, state, tuning)
-    usage = (tuning.itl_margin * target - intercept) / slope
-    return min(max(usage, tuning.kv_floor), tuning.kv_ceiling)
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting for the small normal equations; None when singular."""
+    n = len(b)
+    rows = [[*a[i], b[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) < 1e-12:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(col + 1, n):
+            factor = rows[r][col] / rows[col][col]
+            rows[r] = [v - factor * w for v, w in zip(rows[r], rows[col], strict=True)]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (rows[r][n] - sum(rows[r][k] * out[k] for k in range(r + 1, n))) / rows[r][r]
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -470,6 +550,10 @@ class _Proposal:
     hold_message: str = ""
     safe_to_shrink: bool = True
     shrink_note: str = ""
+    breach: bool = False
+    """The observation already broke the pool's SLO or limits (whether or not the feedback path acted on it)."""
+    settling: bool = False
+    """The window straddles our own scale-down taking effect: the survivors' caches are still warming."""
 
 
 def _propose(
@@ -483,8 +567,13 @@ def _propose(
     if snap.pool == "prefill":
         decode = observation.decode
         queue = decode.waiting_requests if _trusted(config, decode, now, tuning) else None
-        return _propose_prefill(config, snap, state, memory, tuning, queue)
-    return _propose_decode(config, snap, state, memory, tuning)
+        proposal = _propose_prefill(config, snap, state, memory, tuning, queue)
+    else:
+        proposal = _propose_decode(config, snap, state, memory, tuning)
+    # A replica we removed just left: its share of the traffic lands on survivors whose prefix caches do not hold it
+    # yet, so uncached work and latency jump for about one window. Not evidence that the scale-down was wrong.
+    settling = memory.direction < 0 and memory.ready is not None and snap.ready_replicas < memory.ready
+    return replace(proposal, settling=settling)
 
 
 def _hold_reason(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> tuple[HoldReason, str] | None:
@@ -544,14 +633,16 @@ def _propose_prefill(
     # In P/D a request's first token also waits for a decode slot: with decode queueing, the broken TTFT is
     # decode's to fix, and more prefill would only queue more KV in front of it.
     blocked = decode_queue is not None and decode_queue >= 1.0
-    feedback = fb is not None and not blocked and (snap.waiting_requests or 0.0) > 0 and fb > need
+    queue = (snap.waiting_requests or 0.0) >= tuning.feedback_min_queue
+    feedback = fb is not None and not blocked and queue and fb > need
     if feedback and fb is not None:
         need = fb
         why = f"TTFT p90 {snap.ttft_p90_s or 0:.3f}s over target {target:.3f}s with a queue; " + why
     ttft = snap.ttft_p90_s
     safe = ttft is None or ttft <= tuning.down_sensitivity * target
     note = "" if safe else f"TTFT p90 {ttft or 0:.3f}s is near the {target:.3f}s target"
-    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note)
+    breach = (snap.ttft_p90_s or 0.0) >= target and queue and not blocked
+    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=breach)
 
 
 def _propose_decode(
@@ -568,20 +659,28 @@ def _propose_decode(
         need = 0.0 if idle else float(current)
         return _Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
-    per_replica_usage = _target_kv_usage(config, state, tuning)
-    a, b = _itl_line(config, state, tuning)
-    itl_at_target = min(a + b * per_replica_usage, tuning.itl_margin * target)
-    batch = min(per_replica_usage / usage_per_sequence, config.decode_max_batch or tuning.max_batch)
+    model = _itl_model(config, state, tuning)
+    itl_at_target = tuning.itl_margin * target
+    max_batch = _max_batch(config, tuning)
+    batch = min(
+        model.sequences_at(itl_at_target, usage_per_sequence, max_batch),
+        tuning.kv_ceiling / usage_per_sequence,
+        max_batch,
+    )
+    batch = max(batch, 1.0)
     # Sequences waiting for a decode slot need one too (Little's law only counts those being served).
     waiting = snap.waiting_requests or 0.0
     concurrency = rate * itl_at_target + waiting
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
     why = (
-        f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms (fit {a * 1e3:.1f}ms + {b * 1e3:.1f}ms*usage) "
-        f"that is {concurrency:.0f} sequences, {batch:.0f} per replica at KV usage {per_replica_usage:.2f}"
+        f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
+        f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
+        f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"
     )
-    queued = (running + waiting) / running if waiting >= 1.0 else 0.0
+    # A few sequences waiting a moment for their KV transfer are not a shortage; a queue this share of the batch is.
+    material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    queued = (running + waiting) / running if material else 0.0
     worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, queued)
     fb = _feedback_need(memory, snap, worst)
     feedback = fb is not None and fb > need
@@ -591,7 +690,7 @@ def _propose_decode(
     itl = snap.itl_p90_s
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
-    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note)
+    return _Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -628,11 +727,14 @@ def _stabilized(
     assert proposal.need is not None
     history = (
         *state.memory(name).history,
-        Recommendation(now, _ceil(proposal.need), _ceil(proposal.need / (1.0 - tuning.down_tolerance))),
+        _recommendation(now, proposal.need, tuning),
     )
     up_to = min(r.up_to for r in history if r.at >= now - config.up_window_s)
+    if proposal.settling and len(history) > 1:
+        up_to = min(up_to, history[-2].up_to)  # undoing our own scale-down takes two evaluations in a row
+    window = _down_window(config, state.memory(name), now, tuning)
     # Strictly inside the window: a recommendation exactly one window old has expired.
-    down_to = max(r.down_to for r in history if r.at > now - config.down_window_s or r.at == now)
+    down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
     if up_to > current:
         return min(up_to, current + config.up_step), "scale up"
     if down_to < current:
@@ -641,8 +743,47 @@ def _stabilized(
         first_seen = state.memory(name).observed_at
         if first_seen is None or now - first_seen < config.down_window_s:
             return current, "scale-down deferred: not observed for a whole stabilisation window yet"
+        rise = _rising(history, now, config.down_window_s, tuning)
+        if rise is not None:
+            return current, f"scale-down deferred: the need is rising ({rise * 60:+.2f} replicas/min over the window)"
         return max(down_to, current - config.down_step), "scale down"
     return current, "steady"
+
+
+def _recommendation(now: float, need: float, tuning: Tuning) -> Recommendation:
+    return Recommendation(now, _ceil(need), _ceil(need / (1.0 - tuning.down_tolerance)), need)
+
+
+def _rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:
+    """The slope of the need over the window (replicas/s) when it is significantly positive, else None.
+
+    A pool whose need has been climbing will need its replicas back: shrinking it now is the first half of a
+    reversal (the morning of a diurnal load). Least squares over the window; it counts when it is significant
+    (t >= rise_t) and material (at least rise_min replicas over the window)."""
+    points = [(r.at - now, r.need) for r in history if r.at > now - window]
+    n = len(points)
+    if n < 4:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
+    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points) / (n - 2)
+    error = math.sqrt(residual / sxx)
+    if slope * window < tuning.rise_min or slope < tuning.rise_t * error:
+        return None
+    return slope
+
+
+def _down_window(config: PolicyConfig, memory: PoolMemory, now: float, tuning: Tuning) -> float:
+    """The scale-down stabilisation window: the spec's, or Tuning.burst_hold_windows of it for as long after a
+    burst."""
+    held = config.down_window_s * tuning.burst_hold_windows
+    if memory.burst_at is not None and now - memory.burst_at <= held:
+        return max(config.down_window_s, held)
+    return config.down_window_s
 
 
 def _ceil(value: float) -> int:
@@ -805,11 +946,14 @@ def _remember(
     if final.replicas != final.previous:
         changed_at, direction = now, (1 if final.replicas > final.previous else -1)
     history = memory.history
-    observed_at, ready = memory.observed_at, memory.ready
+    observed_at, ready, burst_at = memory.observed_at, memory.ready, memory.burst_at
+    if final.replicas > final.previous and proposal.need is not None:
+        jump = _ceil(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
+        if (proposal.breach or jump) and not proposal.settling:
+            burst_at = now
     if proposal.need is not None:
-        keep_after = now - max(config.down_window_s, config.up_window_s)
-        recommendation = Recommendation(now, _ceil(proposal.need), _ceil(proposal.need / (1.0 - tuning.down_tolerance)))
-        history = (*(r for r in history if r.at >= keep_after), recommendation)
+        keep_after = now - max(config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s)
+        history = (*(r for r in history if r.at >= keep_after), _recommendation(now, proposal.need, tuning))
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = observation.pool(name).ready_replicas
     return state.with_memory(
@@ -821,6 +965,7 @@ def _remember(
             history=history,
             observed_at=observed_at,
             ready=ready,
+            burst_at=burst_at,
         ),
     )
 
