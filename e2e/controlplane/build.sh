@@ -212,6 +212,18 @@ build_lws() {
 	stamp lws "$LWS_VERSION"
 }
 
+build_prometheus() {
+	if stamp_ok prometheus "$PROMETHEUS_VERSION"; then log "prometheus $PROMETHEUS_VERSION: up to date"; return; fi
+	# Module tag v0.MMM.P is Prometheus 3.MM.P; stamp it so /api/v1/status/buildinfo says which one runs.
+	local release v=github.com/prometheus/common/version minor
+	minor=${PROMETHEUS_VERSION#v0.3}; minor=${minor%%.*}
+	release="3.$((10#$minor)).${PROMETHEUS_VERSION##*.}"
+	GOBIN="$BIN" run_step prometheus "$GO" install "${GOBUILD_FLAGS[@]}" \
+		-ldflags "-s -w -X $v.Version=$release -X $v.Branch=release -X $v.Revision=$PROMETHEUS_VERSION" \
+		"github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+	stamp prometheus "$PROMETHEUS_VERSION"
+}
+
 main() {
 	command -v "$GO" >/dev/null || die "Go not found (need >= 1.26)"
 	mkdir -p "$BIN" "$WORK" "$LOGS"
@@ -232,6 +244,7 @@ main() {
 	build_kwok
 	build_helm
 	build_lws
+	build_prometheus
 	echo "$want" >"$BIN/.complete"
 	log "done in $(($(date +%s) - t0))s; binaries: $(du -sh "$BIN" | cut -f1); timings: $TIMES"
 }

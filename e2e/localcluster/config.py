@@ -23,6 +23,7 @@ BINARIES = (
     "kwok",
     "helm",
     "lws-controller",
+    "prometheus",
 )
 KWOK_STAGES = "kwok-stages.yaml"
 

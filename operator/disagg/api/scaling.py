@@ -15,6 +15,11 @@ class PrometheusSource(ApiModel):
     url: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^https?://")] = Field(
         description="Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090."
     )
+    window: Duration = Field(
+        default="1m",
+        description="Range of the rate() and histogram windows in the queries. Keep it at least twice Prometheus's "
+        "scrape interval for the engines.",
+    )
 
 
 class MetricsSource(ApiModel):

@@ -111,7 +111,8 @@ class Autoscaler:
         if metrics_spec.source == "prometheus" and metrics_spec.prometheus is not None:
             url = metrics_spec.prometheus.url
             source = self.prometheus.setdefault(url, PrometheusSource(url))
-            return await source.observe(namespace, name, pods, now, interval_seconds(spec))
+            window = float(parse_duration(metrics_spec.prometheus.window))
+            return await source.observe(namespace, name, pods, now, window)
         return await self.direct.observe(namespace, name, pods, now)
 
     async def _actuate(

@@ -72,7 +72,7 @@ class PrometheusSource:
     async def observe(
         self, namespace: str, name: str, pods: list[dict[str, Any]], now: float, window_s: float
     ) -> Observation:
-        window = f"{max(int(window_s), 30)}s"
+        window = f"{max(int(window_s), 1)}s"
         prefill, decode = await asyncio.gather(
             self._pool(namespace, name, "prefill", pods, now, window),
             self._pool(namespace, name, "decode", pods, now, window),
