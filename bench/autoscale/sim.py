@@ -27,16 +27,20 @@ MAX_REPLICAS = 8
 MAX_GPUS = 16
 
 
+def profile_dir() -> Path:
+    """The H200 / Llama-3.1-8B-FP8 TP1 pre-deployment profile shipped in the ai-dynamo wheel."""
+    import dynamo.planner
+
+    return Path(dynamo.planner.__file__).parent / "tests/data/profiling_results/H200_TP1P_TP1D"
+
+
 def profile_npz(cache: Path) -> Path:
-    """The H200 / Llama-3.1-8B-FP8 TP1 profile shipped in the ai-dynamo wheel, converted to the mocker's format."""
+    """The same profile converted to the mocker's format: the simulated engines' timing."""
     from dynamo.mocker.utils.planner_profiler_perf_data_converter import convert_profile_results_to_npz
 
     out = cache / "h200_tp1.npz"
     if not out.exists():
-        import dynamo.planner
-
-        source = Path(dynamo.planner.__file__).parent / "tests/data/profiling_results/H200_TP1P_TP1D"
-        convert_profile_results_to_npz(source, out)
+        convert_profile_results_to_npz(profile_dir(), out)
     return out
 
 
