@@ -94,6 +94,8 @@ class Tuning:
     feedback_min_queue: float = 1.0
     """The feedback path needs at least this many requests queued on average: a broken TTFT with an empty prefill
     queue is not prefill's doing (in P/D it is usually the decode admission that just drained)."""
+    draining_share: float = 0.7
+    """The queue counts as draining, and the feedback path waits, when it fell below this share of the last one."""
     decode_queue_share: float = 0.05
     """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
 
@@ -218,6 +220,8 @@ class PoolMemory:
     """First evaluation with usable metrics: no scale-down before a whole window has been seen."""
     ready: int | None = None
     """Ready replicas at the last evaluation: latency measured across a change in capacity is stale evidence."""
+    waiting: float | None = None
+    """Requests queued at the last evaluation: a queue that is shrinking is being served by the capacity in place."""
     burst_at: float | None = None
     """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
 
@@ -592,12 +596,16 @@ def _hold_reason(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: T
     return None
 
 
-def _feedback_need(memory: PoolMemory, snap: PoolSnapshot, ratio: float) -> float | None:
+def _feedback_need(memory: PoolMemory, snap: PoolSnapshot, ratio: float, tuning: Tuning) -> float | None:
     """Proportional path: replicas in proportion to how far the SLO is already broken, at most doubling.
 
-    Not while replicas are starting (they are the answer to these very symptoms), and not right after the ready
-    count changed: the window's latency then mostly shows the queue built before the new capacity arrived."""
+    Not while replicas are starting (they are the answer to these very symptoms), not right after the ready count
+    changed (the window's latency then mostly shows the queue built before the new capacity arrived), and not while
+    the queue is draining: the capacity in place is already catching up, and the latency is the backlog's."""
     if ratio <= 1.0 or snap.starting_replicas > 0 or memory.ready != snap.ready_replicas:
+        return None
+    waiting = snap.waiting_requests or 0.0
+    if memory.waiting is not None and waiting < tuning.draining_share * memory.waiting:
         return None
     return snap.ready_replicas * min(ratio, 2.0)
 
@@ -629,7 +637,7 @@ def _propose_prefill(
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
         f"target utilisation {rho:.2f} (queueing factor {_queue_factor(state, tuning):.1f})"
     )
-    fb = _feedback_need(memory, snap, (snap.ttft_p90_s or 0.0) / target)
+    fb = _feedback_need(memory, snap, (snap.ttft_p90_s or 0.0) / target, tuning)
     # In P/D a request's first token also waits for a decode slot: with decode queueing, the broken TTFT is
     # decode's to fix, and more prefill would only queue more KV in front of it.
     blocked = decode_queue is not None and decode_queue >= 1.0
@@ -682,7 +690,7 @@ def _propose_decode(
     material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
     queued = (running + waiting) / running if material else 0.0
     worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, queued)
-    fb = _feedback_need(memory, snap, worst)
+    fb = _feedback_need(memory, snap, worst, tuning)
     feedback = fb is not None and fb > need
     if feedback and fb is not None:
         need = fb
@@ -946,7 +954,7 @@ def _remember(
     if final.replicas != final.previous:
         changed_at, direction = now, (1 if final.replicas > final.previous else -1)
     history = memory.history
-    observed_at, ready, burst_at = memory.observed_at, memory.ready, memory.burst_at
+    observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
     if final.replicas > final.previous and proposal.need is not None:
         jump = _ceil(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
@@ -956,6 +964,7 @@ def _remember(
         history = (*(r for r in history if r.at >= keep_after), _recommendation(now, proposal.need, tuning))
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = observation.pool(name).ready_replicas
+        waiting = observation.pool(name).waiting_requests
     return state.with_memory(
         name,
         PoolMemory(
@@ -966,6 +975,7 @@ def _remember(
             observed_at=observed_at,
             ready=ready,
             burst_at=burst_at,
+            waiting=waiting,
         ),
     )
 

@@ -482,3 +482,22 @@ def test_no_scale_down_while_the_need_is_climbing() -> None:
     assert climbing[:33] == [3] * 33
     assert any("rising" in (d.prefill.reason if d.prefill else "") for d in run.decisions[20:33])
     assert climbing[-1] == 2
+
+
+def test_feedback_waits_while_the_queue_drains() -> None:
+    def second_window(waiting_before: float, waiting_now: float) -> Decision:
+        run = Run(make_spec(prefill={"autoscaling": {"maxReplicas": 2}}))  # capped: both windows see 2 ready
+        run.steady(5)
+        run.step(prefill_snap(run.now, rps=20.0, ttft=3.0, waiting=waiting_before), decode_snap(run.now))
+        return run.step(prefill_snap(run.now, rps=20.0, ttft=3.0, waiting=waiting_now), decode_snap(run.now))
+
+    # TTFT 3x over target in both windows; the model alone needs 1.18 replicas. A queue that holds means the
+    # capacity in place is not enough: the feedback path asks for double.
+    held = second_window(30.0, 30.0)
+    assert held.prefill is not None and held.prefill.need == pytest.approx(4.0)
+    assert "over target" in held.prefill.reason
+    # A queue down from 30 to 12 is being worked off by what is there: the latency is the backlog's, no feedback
+    # (the model's own need, with the backlog term and the queueing factor learned from the slow window, remains).
+    draining = second_window(30.0, 12.0)
+    assert draining.prefill is not None and (draining.prefill.need or 0.0) < 2.0
+    assert "over target" not in draining.prefill.reason
