@@ -4,13 +4,16 @@ No I/O, no clock, no randomness: time comes in as `now`, everything the policy r
 `PolicyState` and comes back on the next call. docs/autoscaling.md derives the control law; in short:
 
 * prefill is sized so the queue in front of it keeps TTFT p90 under target: per-replica capacity C (tokens/s,
-  measured), a target utilisation rho* from an M/D/1-style waiting-time tail, N_p = lambda_tokens / (rho* C);
-* decode is sized by KV residency: ITL p90 = a + b*u (u = KV usage per replica) fitted online, u* where the fit
-  meets the ITL target, N_d = U_total / u* with square-root headroom for fluctuating concurrency;
-* observed latency corrects both (a TTFT correction factor; the ITL fit is the correction), and a proportional
-  feedback path adds replicas at once when the SLO is already broken;
-* up fast (step-limited), down only after a stabilisation window, within a tolerance band, and only if the
-  survivors can absorb the load; min/max per pool, P:D ratio bounds and the GPU budget last.
+  measured), a target utilisation rho*(n) from a G/G/n waiting-time tail with a learned burstiness factor k,
+  N_p = lambda_tokens / (rho* C), never at or below a count found too small;
+* decode by Little's law on generated tokens: ITL p90 = a + b*KV usage + c*batch/maxNumSeqs fitted online (a
+  fixed, a per-KV-token and a per-sequence cost), the batch per replica where that meets the ITL target, and
+  N_d = tokens/s * ITL* / batch with square-root headroom;
+* a proportional feedback path adds replicas at once when the SLO is already broken with a real queue, except
+  while replicas start, right after capacity changed, or while the queue is draining;
+* up fast (step-limited); down only after a stabilisation window, within a tolerance band, if the survivors can
+  absorb the load and the need is not climbing; after a burst (caught short) the window is held 3x longer;
+  min/max per pool, P:D ratio bounds and the GPU budget last.
 """
 
 from __future__ import annotations
