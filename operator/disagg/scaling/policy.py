@@ -692,12 +692,14 @@ def _propose_decode(
     # A few sequences waiting a moment for their KV transfer are not a shortage; a queue this share of the batch is.
     material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
     queued = (running + waiting) / running if material else 0.0
-    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, queued)
+    # A batch near maxNumSeqs has no slot left for the next arrivals, whatever the ITL says yet.
+    full = running / snap.ready_replicas / max_batch / tuning.kv_ceiling
+    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, full, queued)
     fb = _feedback_need(memory, snap, worst, tuning)
     feedback = fb is not None and fb > need
     if feedback and fb is not None:
         need = fb
-        why = f"ITL p90 {snap.itl_p90_s or 0:.4f}s / KV {usage:.2f} past the limits; " + why
+        why = f"ITL p90 {snap.itl_p90_s or 0:.4f}s / KV {usage:.2f} / batch / queue past the limits; " + why
     itl = snap.itl_p90_s
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"

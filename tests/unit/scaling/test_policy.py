@@ -501,3 +501,25 @@ def test_feedback_waits_while_the_queue_drains() -> None:
     draining = second_window(30.0, 12.0)
     assert draining.prefill is not None and (draining.prefill.need or 0.0) < 2.0
     assert "over target" not in draining.prefill.reason
+
+
+def test_a_decode_batch_at_max_num_seqs_is_a_shortage_before_the_itl_shows_it() -> None:
+    def with_running(per_replica: float) -> Decision:
+        run = Run(make_spec(decode={"engine": {"maxNumSeqs": 64}}))
+        run.steady(5)
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, 3, generation_token_rate=3 * per_replica / 0.022,
+            running_requests=3 * per_replica, waiting_requests=0.0, kv_cache_usage=0.1, itl_p90_s=0.022,
+        )  # fmt: skip
+        return run.step(prefill_snap(run.now), snap)
+
+    # ITL 22 ms: over the 17.5 ms the model aims at, under the 25 ms target, no queue yet. At that ITL Little's law
+    # counts fewer sequences than are running (143 of 180), so the model alone asks for 2.4 replicas of 64. With 60
+    # of 64 slots taken on each of the 3 ready replicas the next arrivals will queue: the feedback path asks for
+    # 3 * 60/64 / 0.85 = 3.3.
+    full = with_running(60.0)
+    assert full.decode is not None and full.decode.need == pytest.approx(3 * 60 / 64 / 0.85)
+    assert full.decode.replicas >= 4 and "batch / queue past the limits" in full.decode.reason
+    roomy = with_running(40.0)
+    assert roomy.decode is not None and (roomy.decode.need or 0.0) < 3.0
+    assert "past the limits" not in roomy.decode.reason
