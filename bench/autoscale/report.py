@@ -21,6 +21,8 @@ POLICY_ORDER = [
     "planner-throughput",
     "planner-profile",
     "planner-profile-only",
+    "planner-profile-margin",
+    "planner-profile-only-margin",
 ]
 COLORS = {
     "ours": "tab:blue",
@@ -31,6 +33,8 @@ COLORS = {
     "planner-throughput": "tab:cyan",
     "planner-profile": "tab:purple",
     "planner-profile-only": "tab:pink",
+    "planner-profile-margin": "tab:brown",
+    "planner-profile-only-margin": "tab:red",
 }
 
 
