@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from unittest import mock
 
+from exact_options import note_if_inexact
 from vllm_router.launch_router import parse_router_args
 from vllm_router.router import Router
 from vllm_router.router_args import RouterArgs
@@ -72,15 +73,7 @@ def _record_resolutions(sink: list[tuple[str, str]]) -> Iterator[None]:
 
     def spy(self: argparse.ArgumentParser, arg_string: str) -> Any:
         result = original(self, arg_string)
-        if result is not None and result[0] is not None:
-            _action, option_string, explicit_arg = result
-            exact = {option_string}
-            if explicit_arg is not None:
-                exact.add(f"{option_string}={explicit_arg}")
-                if not option_string.startswith("--"):
-                    exact.add(f"{option_string}{explicit_arg}")
-            if arg_string not in exact:
-                sink.append((arg_string, option_string))
+        note_if_inexact(result, arg_string, sink)
         return result
 
     with mock.patch.object(argparse.ArgumentParser, "_parse_optional", spy):

@@ -49,6 +49,7 @@ from unittest import mock
 # automatic detection yields UnspecifiedPlatform and EngineArgs.add_cli_args fails with
 # "Failed to infer device type". The CPU platform keeps every option and choice of the parser.
 import vllm.platforms
+from exact_options import note_if_inexact  # this folder: the script's own sys.path[0]
 from vllm.platforms.cpu import CpuPlatform
 
 vllm.platforms._current_platform = CpuPlatform()
@@ -145,16 +146,7 @@ def _install_spy(parser: argparse.ArgumentParser, sink: list[tuple[str, str]]) -
 
     def spy(arg_string: str) -> Any:
         result = original(arg_string)
-        if result is not None and result[0] is not None:
-            _action, option_string, explicit_arg = result
-            exact = {option_string}
-            if explicit_arg is not None:
-                exact.add(f"{option_string}={explicit_arg}")
-                # Single-dash options may carry their value glued on: `-x5`.
-                if not option_string.startswith("--"):
-                    exact.add(f"{option_string}{explicit_arg}")
-            if arg_string not in exact:
-                sink.append((arg_string, option_string))
+        note_if_inexact(result, arg_string, sink)
         return result
 
     parser._parse_optional = spy  # type: ignore[method-assign]
