@@ -23,7 +23,8 @@ def plan_command(files: tuple[Path, ...]) -> None:
         for workload in plan.workloads:
             group = f" x {workload.group_size} pods per replica" if workload.kind == "LeaderWorkerSet" else ""
             owner = " (replicas owned by the autoscaler)" if workload.replicas_owned_elsewhere else ""
-            click.echo(f"  {workload.kind} {workload.name}: {workload.replicas} replicas{group}{owner}")
+            noun = "replica" if workload.replicas == 1 else "replicas"
+            click.echo(f"  {workload.kind} {workload.name}: {workload.replicas} {noun}{group}{owner}")
         for engine in plan.engines:
             click.echo(f"\n  {engine.role}: vllm serve {shlex.join(engine.argv)}")
             if engine.worker_argv is not None:
