@@ -36,20 +36,27 @@ import ctypes
 import dataclasses
 import io
 import json
-import os
 import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 from unittest import mock
 
-from exact_options import note_if_inexact
+from argcheck_common import (
+    answer,
+    argparse_message,
+    expectation_problems,
+    failure,
+    finish,
+    jsonable,
+    note_if_inexact,
+    private_stdout,
+)
 from vllm_router.launch_router import parse_router_args
 from vllm_router.router import Router
 from vllm_router.router_args import RouterArgs
@@ -78,24 +85,6 @@ def _record_resolutions(sink: list[tuple[str, str]]) -> Iterator[None]:
 
     with mock.patch.object(argparse.ArgumentParser, "_parse_optional", spy):
         yield
-
-
-def _argparse_message(captured: str, exit_code: object) -> str:
-    text = captured.strip()
-    start = text.find(": error: ")
-    if start >= 0:
-        return text[text.rfind("\n", 0, start) + 1 :]
-    return text.splitlines()[-1] if text else f"argparse exited with status {exit_code}"
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return repr(value)
 
 
 def _selector_warnings(argv: Sequence[str]) -> list[str]:
@@ -220,7 +209,7 @@ def check_item(item: Mapping[str, Any], netns: list[str] | None, why_no_rust: st
             with _record_resolutions(resolved), contextlib.redirect_stderr(captured):
                 router_args = parse_router_args(argv)
         except SystemExit as exc:
-            errors.append(_argparse_message(captured.getvalue(), exc.code))
+            errors.append(argparse_message(captured.getvalue(), exc.code))
         for token, option in dict.fromkeys(resolved):
             errors.append(
                 f"flag {token!r} is an abbreviation of {option!r}; argparse accepts unambiguous "
@@ -228,7 +217,7 @@ def check_item(item: Mapping[str, Any], netns: list[str] | None, why_no_rust: st
             )
         if router_args is not None:
             # Router.from_args rewrites the dataclass's __dict__ in place: snapshot first.
-            result["parsed"] = _jsonable(dataclasses.asdict(router_args))
+            result["parsed"] = jsonable(dataclasses.asdict(router_args))
             router_args._validate_router_args()
             if router_args.mini_lb:
                 result["validation"] = "python only (--mini-lb starts the Python debug balancer)"
@@ -243,15 +232,9 @@ def check_item(item: Mapping[str, Any], netns: list[str] | None, why_no_rust: st
                     result["validation"] = "python+rust"
                     if rust_error is not None:
                         errors.append(rust_error)
-    except SystemExit as exc:
-        errors.append(f"SystemExit({exc.code})")
-    except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}")
-        if os.environ.get("DISAGG_ARGCHECK_DEBUG"):
-            traceback.print_exc()
-    result["ok"] = not errors
-    result["error"] = "; ".join(errors) if errors else None
-    return result
+    except (SystemExit, Exception) as exc:
+        errors.append(failure(exc))
+    return finish(result, errors)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,17 +341,9 @@ def _selftest(netns: list[str] | None, why_no_rust: str) -> int:
             print(f"[skip] {case.id}: {why_no_rust}", file=sys.stderr)
             continue
         res = check_item({"id": case.id, "argv": case.argv.split()}, netns, why_no_rust)
-        problems = []
-        if res["ok"] != case.ok:
-            problems.append(f"ok={res['ok']} expected {case.ok}")
-        if case.error_has and case.error_has not in (res["error"] or ""):
-            problems.append(f"error lacks {case.error_has!r}")
+        problems = expectation_problems(res, case.ok, case.error_has, case.parsed)
         if case.warning_has and not any(case.warning_has in w for w in res["warnings"]):
             problems.append(f"warnings lack {case.warning_has!r}")
-        for key, want in case.parsed.items():
-            got = (res["parsed"] or {}).get(key)
-            if got != want:
-                problems.append(f"parsed[{key}]={got!r} expected {want!r}")
         failures += bool(problems)
         detail = "; ".join(problems) if problems else (res["error"] or res["validation"])
         print(f"[{'FAIL' if problems else 'ok'}] {case.id}: {detail}", file=sys.stderr)
@@ -387,9 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = ap.parse_args(args)
 
     # Keep stdout for the JSON answer alone (the router's Python side logs, Rust prints).
-    out: TextIO = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    sys.stdout.flush()
-    os.dup2(2, 1)
+    out = private_stdout()
 
     # The launcher's parser takes its prog name from argv[0]; make messages read as the real CLI's.
     sys.argv[0] = "vllm-router"
@@ -397,19 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     why_no_rust = "--no-rust given" if opts.no_rust else "no usable `unshare --net` on this machine"
     if opts.selftest:
         return _selftest(netns, why_no_rust)
-    try:
-        items = json.load(sys.stdin)
-    except json.JSONDecodeError as exc:
-        print(f"stdin is not JSON: {exc}", file=sys.stderr)
-        return 2
-    if not isinstance(items, list):
-        print("stdin must hold a JSON list of items", file=sys.stderr)
-        return 2
-    results = [check_item(it if isinstance(it, dict) else {"argv": it}, netns, why_no_rust) for it in items]
-    json.dump(results, out, indent=1)
-    out.write("\n")
-    out.flush()
-    return 0
+    return answer(out, lambda item: check_item(item, netns, why_no_rust))
 
 
 if __name__ == "__main__":

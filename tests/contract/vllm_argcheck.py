@@ -34,22 +34,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import enum
 import io
-import json
 import logging
 import os
 import sys
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any
 from unittest import mock
 
 # Selecting the platform has to happen before vLLM computes any CLI default: without a GPU the
 # automatic detection yields UnspecifiedPlatform and EngineArgs.add_cli_args fails with
 # "Failed to infer device type". The CPU platform keeps every option and choice of the parser.
 import vllm.platforms
-from exact_options import note_if_inexact  # this folder: the script's own sys.path[0]
+from argcheck_common import (  # this folder: the script's own sys.path[0]
+    answer,
+    argparse_message,
+    expectation_problems,
+    failure,
+    finish,
+    jsonable,
+    note_if_inexact,
+    private_stdout,
+)
 from vllm.platforms.cpu import CpuPlatform
 
 vllm.platforms._current_platform = CpuPlatform()
@@ -213,20 +219,6 @@ def _reset_log_once() -> None:
             fn.cache_clear()
 
 
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, enum.Enum):
-        return _jsonable(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return repr(value)
-
-
 def _flag_name(token: str) -> str:
     """`--kv-transfer-config.kv_role=x` -> `--kv-transfer-config` (vLLM's dotted JSON syntax)."""
     return token.split("=", 1)[0].split(".", 1)[0].removesuffix("+")
@@ -245,16 +237,6 @@ def _spelling_errors(argv: Sequence[str], exact: set[str]) -> list[str]:
             hint = f" (use {canonical})" if canonical in exact else ""
             errors.append(f"flag {name!r} is not an exact option string{hint}")
     return errors
-
-
-def _argparse_message(captured: str, exit_code: object) -> str:
-    # argparse prints the usage block and then "<prog>: error: <message>"; keep the message, which
-    # may span lines (vLLM puts a pydantic ValidationError repr into it).
-    text = captured.strip()
-    start = text.find(": error: ")
-    if start >= 0:
-        return text[text.rfind("\n", 0, start) + 1 :]
-    return text.splitlines()[-1] if text else f"argparse exited with status {exit_code}"
 
 
 class _Recorder:
@@ -306,7 +288,7 @@ def _kv_transfer_dict(value: Any) -> dict[str, Any] | None:
         value = KVTransferConfig(**value)
     if not isinstance(value, KVTransferConfig):
         raise TypeError(f"kv_transfer_config has unexpected type {type(value).__name__}")
-    out = _jsonable(value)
+    out = jsonable(value)
     assert isinstance(out, dict)
     return out
 
@@ -351,7 +333,7 @@ def check_item(cli: Cli, item: Mapping[str, Any]) -> dict[str, Any]:
                     with contextlib.redirect_stderr(captured):
                         args = cli.parser.parse_args([*COMMANDS[command], *argv])
                 except SystemExit as exc:
-                    errors.append(_argparse_message(captured.getvalue(), exc.code))
+                    errors.append(argparse_message(captured.getvalue(), exc.code))
                 for token, option in dict.fromkeys(cli.resolved):
                     errors.append(
                         f"flag {token!r} is an abbreviation of {option!r}; argparse accepts "
@@ -369,22 +351,16 @@ def check_item(cli: Cli, item: Mapping[str, Any]) -> dict[str, Any]:
                     parsed: dict[str, Any] = {"launch_mode": launch_mode}
                     for name in (*DEFAULT_FIELDS, *extra_fields):
                         if hasattr(engine_args, name):
-                            parsed[name] = _jsonable(getattr(engine_args, name))
+                            parsed[name] = jsonable(getattr(engine_args, name))
                         elif hasattr(args, name):
-                            parsed[name] = _jsonable(getattr(args, name))
+                            parsed[name] = jsonable(getattr(args, name))
                     result["parsed"] = parsed
         finally:
             vllm_logger.removeHandler(collector)
         result["warnings"] = collector.messages
-    except SystemExit as exc:
-        errors.append(f"SystemExit({exc.code})")
-    except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}")
-        if os.environ.get("DISAGG_ARGCHECK_DEBUG"):
-            traceback.print_exc()
-    result["ok"] = not errors
-    result["error"] = "; ".join(errors) if errors else None
-    return result
+    except (SystemExit, Exception) as exc:
+        errors.append(failure(exc))
+    return finish(result, errors)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -525,15 +501,7 @@ def _selftest(cli: Cli) -> int:
     for case in SELFTEST:
         item = {"id": case.id, "command": case.command, "argv": case.argv, "env": case.env}
         res = check_item(cli, item)
-        problems = []
-        if res["ok"] != case.ok:
-            problems.append(f"ok={res['ok']} expected {case.ok}")
-        if case.error_has and case.error_has not in (res["error"] or ""):
-            problems.append(f"error lacks {case.error_has!r}")
-        for key, want in case.parsed.items():
-            got = (res["parsed"] or {}).get(key)
-            if got != want:
-                problems.append(f"parsed[{key}]={got!r} expected {want!r}")
+        problems = expectation_problems(res, case.ok, case.error_has, case.parsed)
         for key, want in case.kv.items():
             got = (res["kv_transfer_config"] or {}).get(key)
             if got != want:
@@ -551,28 +519,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--selftest", action="store_true", help="run built-in cases and exit non-zero on failure")
     opts = ap.parse_args(argv)
 
-    # Keep stdout for the JSON answer alone: vLLM logs to sys.stdout by default and libraries may
-    # print. Point fd 1 at stderr and write the answer to a private duplicate of the original fd 1.
-    out: TextIO = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    sys.stdout.flush()
-    os.dup2(2, 1)
+    # Keep stdout for the JSON answer alone: vLLM logs to sys.stdout by default and libraries may print.
+    out = private_stdout()
 
     cli = build_cli()
     if opts.selftest:
         return _selftest(cli)
-    try:
-        items = json.load(sys.stdin)
-    except json.JSONDecodeError as exc:
-        print(f"stdin is not JSON: {exc}", file=sys.stderr)
-        return 2
-    if not isinstance(items, list):
-        print("stdin must hold a JSON list of items", file=sys.stderr)
-        return 2
-    results = [check_item(cli, it if isinstance(it, dict) else {"id": None, "argv": it}) for it in items]
-    json.dump(results, out, indent=1)
-    out.write("\n")
-    out.flush()
-    return 0
+    return answer(out, lambda item: check_item(cli, item))
 
 
 if __name__ == "__main__":
