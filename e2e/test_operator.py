@@ -81,6 +81,30 @@ def test_create_makes_every_child_with_owner_reference_and_labels(kube_cluster: 
     assert {"Created", "Ready"} <= reasons
 
 
+def test_kubectl_shows_descriptions_columns_and_short_names(kube_cluster: KubeCluster, namespace: str) -> None:
+    # The API server publishes the CRD's schema to OpenAPI v3 shortly after it is Established.
+    explained = wait_for(
+        "kubectl explain to know the CRD",
+        lambda: (
+            proc.stdout
+            if (proc := kube_cluster.run("explain", "disaggdeployments.spec.prefill.tensorParallel")).returncode == 0
+            else None
+        ),
+    )
+    assert "Tensor-parallel size (vLLM --tensor-parallel-size)." in explained
+    assert "integer" in explained
+    apply(kube_cluster, namespace, example("01-minimal"))
+    wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    endpoint = f"http://qwen3-32b.{namespace}.svc:8000"
+    for short_name in ("dd", "disagg"):
+        header, row = kube_cluster.kubectl("get", short_name, "-n", namespace).splitlines()
+        assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "ENDPOINT", "AGE"]
+        assert row.split()[:5] == ["qwen3-32b", "2/2", "1/1", "Ready", endpoint]
+    header, row = kube_cluster.kubectl("get", "dd", "-n", namespace, "-o", "wide").splitlines()
+    assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "ENDPOINT", "MODEL", "AGE"]
+    assert row.split()[:6] == ["qwen3-32b", "2/2", "1/1", "Ready", endpoint, "Qwen/Qwen3-32B"]
+
+
 def test_gpu_pods_land_on_nodes_of_the_requested_vendor(kube_cluster: KubeCluster, namespace: str) -> None:
     apply(kube_cluster, namespace, example("05-moriio-mi300x-single-node"))
     wait_phase(kube_cluster, namespace, "qwen3-235b-moriio", "Ready")
