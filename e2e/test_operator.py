@@ -310,10 +310,15 @@ def test_server_side_dry_run_accepts_every_rendered_object(kube_cluster: KubeClu
 def test_same_name_in_two_namespaces_do_not_interfere(kube_cluster: KubeCluster, namespace: str) -> None:
     other = f"{namespace}-b"
     kube_cluster.kubectl("create", "namespace", other)
+    # One GPU per engine: two copies of the example at full size (16 GPUs each) fill the 4 fake 8-GPU nodes
+    # exactly, and whether both 8-GPU decode pods fit then depends on where the scheduler put the prefill pods.
+    document = example("01-minimal")
+    document["spec"]["prefill"]["tensorParallel"] = 1
+    document["spec"]["decode"]["tensorParallel"] = 1
     try:
         wait_for("default SA", lambda: kube_cluster.run("get", "sa/default", "-n", other).returncode == 0)
-        apply(kube_cluster, namespace, example("01-minimal"))
-        apply(kube_cluster, other, example("01-minimal"))
+        apply(kube_cluster, namespace, document)
+        apply(kube_cluster, other, document)
         wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
         wait_phase(kube_cluster, other, "qwen3-32b", "Ready")
         kept = {key: obj["metadata"]["uid"] for key, obj in children(kube_cluster, other, "qwen3-32b").items()}
@@ -326,7 +331,7 @@ def test_same_name_in_two_namespaces_do_not_interfere(kube_cluster: KubeCluster,
         assert {key: obj["metadata"]["uid"] for key, obj in children(kube_cluster, other, "qwen3-32b").items()} == kept
         assert status_of(kube_cluster, other, "qwen3-32b")["phase"] == "Ready"
     finally:
-        kube_cluster.run("delete", "namespace", other, "--wait=false")
+        kube_cluster.run("delete", "namespace", other, "--timeout=120s")
 
 
 def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
