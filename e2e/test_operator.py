@@ -237,6 +237,22 @@ def test_the_api_server_refuses_specs_that_break_cel_rules(kube_cluster: KubeClu
     typo["spec"]["decode"]["tensorParalel"] = 8
     refused = kube_cluster.run("apply", "-n", namespace, "-f", "-", stdin=json.dumps(typo))
     assert refused.returncode != 0 and 'unknown field "spec.decode.tensorParalel"' in refused.stderr
+    two_sources = example("01-minimal")
+    two_sources["spec"]["decode"]["resources"] = {
+        "claims": [{"name": "nvlink", "resourceClaimTemplateName": "channel", "resourceClaimName": "shared"}]
+    }
+    refused = kube_cluster.run("apply", "-n", namespace, "-f", "-", stdin=json.dumps(two_sources))
+    assert refused.returncode != 0
+    assert "exactly one of resourceClaimTemplateName or resourceClaimName" in refused.stderr
+    same_name = example("01-minimal")
+    same_name["spec"]["decode"]["resources"] = {
+        "claims": [
+            {"name": "nvlink", "resourceClaimTemplateName": "channel"},
+            {"name": "nvlink", "resourceClaimName": "shared"},
+        ]
+    }
+    refused = kube_cluster.run("apply", "-n", namespace, "-f", "-", stdin=json.dumps(same_name))
+    assert refused.returncode != 0 and "spec.decode.resources.claims[1]: Duplicate value" in refused.stderr
 
 
 def test_status_is_ready_only_when_both_pools_and_the_router_are(kube_cluster: KubeCluster, namespace: str) -> None:

@@ -31,6 +31,12 @@ def with_cel(*rules: CelRule) -> ConfigDict:
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule.as_schema() for rule in rules]})
 
 
+def exactly_one_of(*fields: str) -> str:
+    """A CEL expression that is true when exactly one of the optional fields is set."""
+    terms = " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)
+    return f"{terms} == 1"
+
+
 def at_most_one_of(*fields: str) -> str:
     """A CEL expression that is true when no more than one of the optional fields is set."""
     terms = " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)

@@ -7,11 +7,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from .base import ApiModel
-from .cel import CelRule, with_cel
+from .cel import CelRule, exactly_one_of, with_cel
 from .engine import EngineSettings
 from .types import (
     Annotations,
     ArgList,
+    DnsLabel,
     EnvList,
     Image,
     IntOrPercent,
@@ -25,6 +26,28 @@ from .types import (
 )
 
 Parallel = Annotated[int, Field(ge=1, le=1024)]
+
+
+class ResourceClaim(ApiModel):
+    """A Dynamic Resource Allocation claim (resource.k8s.io) that every engine pod of the pool makes, e.g. the
+    channel of an NVIDIA ComputeDomain for multi-node NVLink (GB200/GB300 NVL72) or a DRA-managed GPU or NIC."""
+
+    model_config = with_cel(
+        CelRule(
+            rule=exactly_one_of("resourceClaimTemplateName", "resourceClaimName"),
+            message="a resource claim needs exactly one of resourceClaimTemplateName or resourceClaimName",
+        )
+    )
+
+    name: DnsLabel = Field(description="Name of the claim inside the pod (unique in the list).")
+    resource_claim_template_name: ObjectName | None = Field(
+        default=None,
+        description="ResourceClaimTemplate in the DisaggDeployment's namespace: each pod gets its own claim made "
+        "from it. A ComputeDomain names the template it creates in spec.channel.resourceClaimTemplate.name.",
+    )
+    resource_claim_name: ObjectName | None = Field(
+        default=None, description="An existing ResourceClaim in the namespace, shared by every pod of the pool."
+    )
 
 
 class PoolResources(ApiModel):
@@ -46,6 +69,12 @@ class PoolResources(ApiModel):
     extra: ResourceList = Field(
         default_factory=dict,
         description="More resources to request and limit, e.g. ephemeral-storage or a vendor device.",
+    )
+    claims: Annotated[list[ResourceClaim], Field(max_length=8)] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Dynamic Resource Allocation claims of each engine pod (pod resourceClaims, used by the engine "
+        "container), e.g. a ComputeDomain channel so a multi-node replica shares NVLink across trays.",
     )
 
 

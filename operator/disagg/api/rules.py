@@ -70,6 +70,24 @@ def storage_has_one_source(spec: DisaggDeploymentSpec, family: ResolvedFamily) -
 
 
 @rule
+def resource_claims_are_well_formed(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    for role, pool in _pools(spec):
+        seen: set[str] = set()
+        for index, claim in enumerate(pool.resources.claims):
+            path = f"spec.{role}.resources.claims[{index}]"
+            sources = [claim.resource_claim_template_name, claim.resource_claim_name]
+            if sum(source is not None for source in sources) != 1:
+                yield Problem(
+                    path,
+                    "a resource claim needs exactly one source",
+                    "set resourceClaimTemplateName (a claim per pod) or resourceClaimName (one shared claim)",
+                )
+            if claim.name in seen:
+                yield Problem(f"{path}.name", f"claim name {claim.name!r} is used twice", "give every claim a name")
+            seen.add(claim.name)
+
+
+@rule
 def connector_blocks_match(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     transfer = spec.transfer
     owners = {

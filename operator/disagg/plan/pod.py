@@ -116,9 +116,7 @@ def disk_volume(disk: DiskTier) -> dict[str, Any]:
     return {"name": "kv-disk", "emptyDir": {"sizeLimit": str(limit)} if limit is not None else {}}
 
 
-def engine_resources(
-    spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinned_host_bytes: int
-) -> dict[str, dict[str, str]]:
+def engine_resources(spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinned_host_bytes: int) -> dict[str, Any]:
     """Requests and limits of one engine pod. Host memory pinned by KV tiers is added on top of the user's memory;
     without a user value it becomes the request, so the scheduler still reserves room for it."""
     requests: dict[str, str] = {}
@@ -141,7 +139,20 @@ def engine_resources(
         requests[name] = limits[name] = str(network.hugepages.size)
     for name, amount in resources.extra.items():
         requests[name] = limits[name] = str(amount)
+    if resources.claims:
+        return {"requests": requests, "limits": limits, "claims": [{"name": claim.name} for claim in resources.claims]}
     return {"requests": requests, "limits": limits}
+
+
+def resource_claims(pool: PoolSpec) -> list[dict[str, str]]:
+    """The pod's resourceClaims: each names a template (a claim per pod) or an existing claim (shared)."""
+    claims = []
+    for claim in pool.resources.claims:
+        if claim.resource_claim_template_name is not None:
+            claims.append({"name": claim.name, "resourceClaimTemplateName": claim.resource_claim_template_name})
+        elif claim.resource_claim_name is not None:
+            claims.append({"name": claim.name, "resourceClaimName": claim.resource_claim_name})
+    return claims
 
 
 def http_probes(engine: EngineSettings, path: str = "/health", port: str | int = "http") -> dict[str, Any]:

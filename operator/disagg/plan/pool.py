@@ -23,6 +23,7 @@ from .pod import (
     grace_period,
     http_port,
     http_probes,
+    resource_claims,
     scheduling_fields,
     user_env,
 )
@@ -139,6 +140,8 @@ def _pod_extra(spec: DisaggDeploymentSpec, pool: PoolSpec, engine: EngineSetting
         extra["hostNetwork"] = True
         extra["dnsPolicy"] = "ClusterFirstWithHostNet"
     extra.update(scheduling_fields(pool.scheduling))
+    if pool.resources.claims:
+        extra["resourceClaims"] = resource_claims(pool)
     return extra
 
 

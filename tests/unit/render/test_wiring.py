@@ -233,6 +233,29 @@ def test_multi_node_replica_is_a_leaderworkerset_with_headless_workers() -> None
     assert engine.worker_argv is not None and engine.worker_argv[-2:] == ["--data-parallel-start-rank", "4"]
 
 
+def test_every_pod_of_a_multi_node_replica_claims_the_compute_domain_channel() -> None:
+    objects = rendered(example("15-qwen38-gb300-nvl72-computedomain"))
+    for name in ("qwen38-prefill", "qwen38-decode"):
+        templates = pod_templates(find(objects, "LeaderWorkerSet", name))
+        assert len(templates) == 2  # leader and workers
+        for template in templates:
+            spec = template["spec"]
+            assert spec["resourceClaims"] == [{"name": "nvlink", "resourceClaimTemplateName": "qwen38-nvl72-channel"}]
+            assert spec["containers"][0]["resources"]["claims"] == [{"name": "nvlink"}]
+
+
+def test_a_shared_resource_claim_is_referenced_by_name_and_pods_without_claims_have_none() -> None:
+    deployment = deployment_from_yaml(
+        _BASE + "  decode:\n    resources:\n      claims: [{name: nic, resourceClaimName: shared-nic}]\n"
+    )
+    objects = render_deployment(deployment, "ns")
+    decode = pod_templates(find(objects, "Deployment", "t-decode"))[0]["spec"]
+    assert decode["resourceClaims"] == [{"name": "nic", "resourceClaimName": "shared-nic"}]
+    assert decode["containers"][0]["resources"]["claims"] == [{"name": "nic"}]
+    prefill = pod_templates(find(objects, "Deployment", "t-prefill"))[0]["spec"]
+    assert "resourceClaims" not in prefill and "claims" not in prefill["containers"][0]["resources"]
+
+
 def test_rollout_defaults_per_role() -> None:
     objects = rendered(example("01-minimal"))
     prefill = find(objects, "Deployment", "qwen3-32b-prefill")["spec"]["strategy"]["rollingUpdate"]
