@@ -315,6 +315,30 @@ def test_multi_node_pools_run_as_leaderworkersets(kube_cluster: KubeCluster, nam
     assert "--headless" in worker["spec"]["containers"][0]["args"]
 
 
+def test_replica_topology_key_keeps_each_multi_node_replica_in_one_domain(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    # The fake NVIDIA nodes are two per zone (e2e/controlplane/nodes.yaml). Left alone, the scheduler's default
+    # spreading puts the two pods of a decode replica in different zones; the key must keep each pair together.
+    nodes = kube_cluster.get("nodes", "-l", "nvidia.com/gpu.present=true")["items"]
+    zones = {node["metadata"]["name"]: node["metadata"]["labels"].get("topology.kubernetes.io/zone") for node in nodes}
+    if None in zones.values() or len(set(zones.values())) < 2:
+        pytest.skip("needs the local control plane's fake NVIDIA nodes, two per zone")
+    document = example("10-qwen35-dep-multinode-decode")
+    document["spec"]["prefill"]["replicas"] = 1
+    document["spec"]["decode"]["replicas"] = 2
+    document["spec"]["decode"]["scheduling"] = {"replicaTopologyKey": "topology.kubernetes.io/zone"}
+    apply(kube_cluster, namespace, document)
+    wait_phase(kube_cluster, namespace, "qwen35-dep", "Ready", timeout=120)
+    pods = kube_cluster.get("pods", "-n", namespace, "-l", "disagg.dev/deployment=qwen35-dep,disagg.dev/role=decode")
+    groups: dict[str, set[str]] = {}
+    for pod in pods["items"]:
+        group = pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+        groups.setdefault(group, set()).add(zones[pod["spec"]["nodeName"]])
+    assert sorted(groups) == ["0", "1"]
+    assert all(len(found) == 1 for found in groups.values()), groups
+
+
 def test_server_side_dry_run_accepts_every_rendered_object(kube_cluster: KubeCluster, namespace: str) -> None:
     for path in sorted(EXAMPLES.glob("*.yaml")):
         objects = rendered(namespace, path.stem)

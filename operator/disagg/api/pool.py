@@ -16,6 +16,7 @@ from .types import (
     EnvList,
     Image,
     IntOrPercent,
+    LabelKey,
     Labels,
     ObjectName,
     Port,
@@ -101,6 +102,12 @@ class Scheduling(ApiModel):
         default=None, description="Scheduler for the pods, e.g. a gang scheduler for multi-node replicas."
     )
     runtime_class_name: ObjectName | None = Field(default=None, description="RuntimeClass of the pods.")
+    replica_topology_key: LabelKey | None = Field(
+        default=None,
+        description="Multi-node replicas only: a node label every pod of one replica must share, e.g. "
+        "nvidia.com/gpu.clique (one NVLink domain of a GB200/GB300 NVL72 rack) or topology.kubernetes.io/zone. "
+        "Rendered as a required podAffinity among the pods of the same LeaderWorkerSet group.",
+    )
 
 
 class Rollout(ApiModel):
@@ -163,6 +170,12 @@ class PoolSpec(ApiModel):
     """One engine pool: replicas, parallelism, resources, scheduling, rollout and autoscaling bounds."""
 
     model_config = with_cel(
+        CelRule(
+            rule="!has(self.scheduling) || !has(self.scheduling.replicaTopologyKey) || self.nodesPerReplica > 1",
+            message="scheduling.replicaTopologyKey keeps the pods of a multi-node replica together: it needs "
+            "nodesPerReplica > 1 (use scheduling.affinity for single-node pools)",
+            field_path=".scheduling.replicaTopologyKey",
+        ),
         CelRule(
             rule="self.tensorParallel % self.decodeContextParallel == 0",
             message="decodeContextParallel must divide tensorParallel (DCP reuses the TP ranks): choose a DCP such as "

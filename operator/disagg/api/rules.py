@@ -70,6 +70,17 @@ def storage_has_one_source(spec: DisaggDeploymentSpec, family: ResolvedFamily) -
 
 
 @rule
+def replica_topology_needs_multi_node(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    for role, pool in _pools(spec):
+        if pool.scheduling.replica_topology_key is not None and pool.nodes_per_replica == 1:
+            yield Problem(
+                f"spec.{role}.scheduling.replicaTopologyKey",
+                "it keeps the pods of a multi-node replica together, and this pool has one node per replica",
+                "set nodesPerReplica above 1, or remove it and use scheduling.affinity",
+            )
+
+
+@rule
 def resource_claims_are_well_formed(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     for role, pool in _pools(spec):
         seen: set[str] = set()

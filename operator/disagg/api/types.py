@@ -61,6 +61,7 @@ RESOURCE_NAME_PATTERN = (
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 ResourceName = Annotated[str, Field(min_length=1, max_length=253, pattern=RESOURCE_NAME_PATTERN)]
+LabelKey = Annotated[str, Field(min_length=1, max_length=317, pattern=RESOURCE_NAME_PATTERN)]
 Image = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^\S+$")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 ShortText = Annotated[str, Field(max_length=256)]

@@ -10,6 +10,7 @@ MANAGED_BY = "disagg-operator"
 LABEL_DEPLOYMENT = "disagg.dev/deployment"
 LABEL_ROLE = "disagg.dev/role"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 BOOTSTRAP_PORT_ANNOTATION = "vllm.ai/bootstrap-port"
 """vllm-router reads the Mooncake bootstrap port of a discovered prefill pod from this fixed annotation."""
 

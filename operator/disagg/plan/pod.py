@@ -15,7 +15,7 @@ from disagg.api.types import EnvVar, Toleration
 from disagg.api.units import format_binary_quantity, parse_quantity
 
 from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
-from .names import kv_config_name, pool_service_name
+from .names import LWS_GROUP_KEY_LABEL, kv_config_name, pool_service_name
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 PROBE_PERIOD_SECONDS = 10
@@ -203,6 +203,25 @@ def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:
     if scheduling.runtime_class_name:
         fields["runtimeClassName"] = scheduling.runtime_class_name
     return fields
+
+
+def with_replica_affinity(fields: dict[str, Any], selector: dict[str, str], topology_key: str) -> dict[str, Any]:
+    """Add a required podAffinity that keeps the pods of one LeaderWorkerSet group on nodes sharing `topology_key`.
+
+    matchLabelKeys (GA in Kubernetes 1.33) narrows the selector to the pod's own group-key label, which
+    LeaderWorkerSet sets per group; the first pod of a group may go anywhere because it matches its own term.
+    The user's own affinity is kept, with this term appended."""
+    term = {
+        "labelSelector": {"matchLabels": dict(selector)},
+        "matchLabelKeys": [LWS_GROUP_KEY_LABEL],
+        "topologyKey": topology_key,
+    }
+    affinity = dict(fields.get("affinity") or {})
+    pod_affinity = dict(affinity.get("podAffinity") or {})
+    required = list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = [*required, term]
+    affinity["podAffinity"] = pod_affinity
+    return {**fields, "affinity": affinity}
 
 
 def tolerations(items: list[Toleration]) -> list[dict[str, Any]]:

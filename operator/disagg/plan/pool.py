@@ -26,6 +26,7 @@ from .pod import (
     resource_claims,
     scheduling_fields,
     user_env,
+    with_replica_affinity,
 )
 
 # Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
@@ -105,7 +106,7 @@ def _engine_pod(
         annotations={**pool.pod_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(spec, pool, engine),
+        spec_extra=_pod_extra(spec, deployment, role, pool, engine),
     )
 
 
@@ -131,7 +132,9 @@ def _worker_argv_for_index(argv: list[str], layout: MultiNode, index: int) -> li
     return resolved
 
 
-def _pod_extra(spec: DisaggDeploymentSpec, pool: PoolSpec, engine: EngineSettings) -> dict[str, Any]:
+def _pod_extra(
+    spec: DisaggDeploymentSpec, deployment: str, role: PoolName, pool: PoolSpec, engine: EngineSettings
+) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if pool.service_account_name:
         extra["serviceAccountName"] = pool.service_account_name
@@ -139,7 +142,12 @@ def _pod_extra(spec: DisaggDeploymentSpec, pool: PoolSpec, engine: EngineSetting
     if spec.transfer.network.host_network:
         extra["hostNetwork"] = True
         extra["dnsPolicy"] = "ClusterFirstWithHostNet"
-    extra.update(scheduling_fields(pool.scheduling))
+    scheduling = scheduling_fields(pool.scheduling)
+    if pool.scheduling.replica_topology_key is not None and pool.nodes_per_replica > 1:
+        scheduling = with_replica_affinity(
+            scheduling, selector_labels(deployment, role), pool.scheduling.replica_topology_key
+        )
+    extra.update(scheduling)
     if pool.resources.claims:
         extra["resourceClaims"] = resource_claims(pool)
     return extra
@@ -215,7 +223,7 @@ def _custom_pool(
         annotations=dict(pool.pod_annotations),
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(spec, pool, engine),
+        spec_extra=_pod_extra(spec, deployment, role, pool, engine),
     )
     workload = _workload(deployment, role, pool, pod, None, MultiNode("single", 1, 1))
     service = _pool_service(deployment, role, MultiNode("single", 1, 1), extra_ports, port=custom.port)

@@ -244,6 +244,28 @@ def test_every_pod_of_a_multi_node_replica_claims_the_compute_domain_channel() -
             assert spec["containers"][0]["resources"]["claims"] == [{"name": "nvlink"}]
 
 
+def test_replica_topology_key_keeps_each_group_together_and_keeps_the_users_affinity() -> None:
+    group_term = {
+        "labelSelector": {"matchLabels": {"disagg.dev/deployment": "t", "disagg.dev/role": "decode"}},
+        "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/group-key"],
+        "topologyKey": "nvidia.com/gpu.clique",
+    }
+    users_term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
+    deployment = deployment_from_yaml(
+        _BASE
+        + "  decode:\n    dataParallel: 8\n    nodesPerReplica: 2\n    scheduling:\n"
+        + "      replicaTopologyKey: nvidia.com/gpu.clique\n"
+        + "      affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: ["
+        + json.dumps(users_term)
+        + "]}}\n"
+    )
+    objects = render_deployment(deployment, "ns")
+    for template in pod_templates(find(objects, "LeaderWorkerSet", "t-decode")):
+        required = template["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert required == [users_term, group_term]
+    assert "affinity" not in pod_templates(find(objects, "Deployment", "t-prefill"))[0]["spec"]
+
+
 def test_a_shared_resource_claim_is_referenced_by_name_and_pods_without_claims_have_none() -> None:
     deployment = deployment_from_yaml(
         _BASE + "  decode:\n    resources:\n      claims: [{name: nic, resourceClaimName: shared-nic}]\n"
