@@ -139,9 +139,10 @@ def engine_resources(spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinn
         requests[name] = limits[name] = str(network.hugepages.size)
     for name, amount in resources.extra.items():
         requests[name] = limits[name] = str(amount)
+    container_resources: dict[str, Any] = {"requests": requests, "limits": limits}
     if resources.claims:
-        return {"requests": requests, "limits": limits, "claims": [{"name": claim.name} for claim in resources.claims]}
-    return {"requests": requests, "limits": limits}
+        container_resources["claims"] = [{"name": claim.name} for claim in resources.claims]
+    return container_resources
 
 
 def resource_claims(pool: PoolSpec) -> list[dict[str, str]]:

@@ -143,7 +143,7 @@ def _pod_extra(
         extra["hostNetwork"] = True
         extra["dnsPolicy"] = "ClusterFirstWithHostNet"
     scheduling = scheduling_fields(pool.scheduling)
-    if pool.scheduling.replica_topology_key is not None and pool.nodes_per_replica > 1:
+    if pool.scheduling.replica_topology_key is not None:  # validation allows it on multi-node pools only
         scheduling = with_replica_affinity(
             scheduling, selector_labels(deployment, role), pool.scheduling.replica_topology_key
         )
