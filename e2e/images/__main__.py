@@ -3,6 +3,7 @@
   build [--only NAME...]                       build or reuse the images; prints `name ref` lines
   load --ctr-address SOCK [--only NAME...]     build or reuse, then import into containerd (namespace k8s.io)
   dockerd up|down|status                       the private Docker Engine the builds run in
+  smoke [--pd] [--image REF]                   serve the engine image: completion + chat, or a NIXL P/D pair
 
 `ref` is the input-keyed tag (e.g. ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-3f2a9c01d4e5b6a7), which names exactly
 the inputs that were built; the release tag (…:0.32.0) points at the same image. Progress goes to stderr.
@@ -11,10 +12,11 @@ the inputs that were built; the release tag (…:0.32.0) points at the same imag
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from . import specs
-from .build import BuildError, build_images
+from . import smoke, specs
+from .build import BuildError, BuiltImage, build_images
 from .dockerd import Dockerd, DockerdError
 from .export import K8S_NAMESPACE, load_into_containerd
 from .pipes import PipeError
@@ -22,6 +24,10 @@ from .pipes import PipeError
 
 def _say(msg: str) -> None:
     print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+def _build(docker: Dockerd, names: list[str] | None) -> list[BuiltImage]:
+    return build_images(docker, specs.select(names), log_dir=docker.paths.root / "logs", say=_say)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"any of: {', '.join(names)}")
     daemon = sub.add_parser("dockerd", help="the private Docker Engine")
     daemon.add_argument("action", choices=("up", "down", "status"))
+    smoke = sub.add_parser("smoke", help="run the vLLM CPU engine image for real (heavy: one or two engines)")
+    smoke.add_argument("--pd", action="store_true", help="a NIXL prefill/decode pair and one request through both")
+    smoke.add_argument("--image", help="engine image (default: build or reuse vllm-cpu)")
     return parser
 
 
@@ -51,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
             print(status.detail)
             return 0 if status.running or args.action == "down" else 1
         docker.up()
-        built = build_images(docker, specs.select(args.only), log_dir=docker.paths.root / "logs", say=_say)
+        if args.command == "smoke":
+            image = args.image or _build(docker, ["vllm-cpu"])[0].ref
+            report = (smoke.prefill_decode if args.pd else smoke.serve)(docker, image)
+            print(json.dumps({"image": image, **report}, indent=2))
+            return 0
+        built = _build(docker, args.only)
         if args.command == "load":
             for image, imported in load_into_containerd(
                 docker, built, args.ctr_address, namespace=args.namespace, ctr=args.ctr
@@ -59,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"{image.name}: {'imported' if imported else 'already in containerd'} ({image.ref})")
         for image in built:
             print(f"{image.name} {image.ref}", flush=True)
-    except (BuildError, DockerdError, PipeError, ValueError) as exc:
+    except (BuildError, DockerdError, PipeError, smoke.SmokeError, ValueError) as exc:
         _say(f"error: {exc}")
         return 1
     return 0
