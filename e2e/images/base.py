@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,7 +125,12 @@ def image_id(docker: Dockerd, ref: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def ensure_base(docker: Dockerd, recipe: BaseRecipe | None = None, log: Path | None = None) -> str:
+def ensure_base(
+    docker: Dockerd,
+    recipe: BaseRecipe | None = None,
+    log: Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> str:
     """Make sure BASE_REF is the stand-in of the current recipe; build it if not. Returns its image id."""
     recipe = recipe or BaseRecipe()
     key = recipe.key(HOST_CA_BUNDLE.read_bytes())
@@ -132,12 +139,15 @@ def ensure_base(docker: Dockerd, recipe: BaseRecipe | None = None, log: Path | N
     if existing is not None:
         if image_id(docker, BASE_REF) != existing:
             docker.run(["tag", keyed, BASE_REF])
+        say(f"base: {BASE_REF} ({keyed}) is up to date")
         return existing
     if shutil.which("mmdebstrap") is None:
         raise DockerdError("mmdebstrap not found; install it from Debian: apt-get install mmdebstrap")
     # Imported under a scratch name first: `docker import` accepts a tar cut short by a failed mmdebstrap, and
     # only a complete, smoke-tested image may get the names that mark it reusable.
     scratch = f"{keyed}-incomplete"
+    started = time.monotonic()
+    say(f"base: making {BASE_REF} from Debian's packages with mmdebstrap (log: {log})")
     try:
         pipe(
             recipe.mmdebstrap_argv(),
@@ -157,6 +167,7 @@ def ensure_base(docker: Dockerd, recipe: BaseRecipe | None = None, log: Path | N
     if built is None:
         raise DockerdError(f"{keyed} vanished right after it was tagged")
     _drop_other_keys(docker, keyed)
+    say(f"base: made {keyed} in {time.monotonic() - started:.0f} s")
     return built
 
 

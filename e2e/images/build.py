@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -106,8 +107,20 @@ def build_images(
     log_dir: Path,
     say: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> list[BuiltImage]:
-    """Build (or reuse) each image in order; the first failure raises, naming the image and its log."""
-    base_id = base.ensure_base(docker, log=log_dir / "base.log")
+    """Build (or reuse) each image in order; the first failure raises, naming the image and its log.
+
+    One build at a time per daemon: a second caller waits, then finds the images the first one built.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_all(docker, specs, log_dir, say)
+
+
+def _build_all(
+    docker: Dockerd, specs: Sequence[ImageSpec], log_dir: Path, say: Callable[[str], None]
+) -> list[BuiltImage]:
+    base_id = base.ensure_base(docker, log=log_dir / "base.log", say=say)
     built: list[BuiltImage] = []
     for spec in specs:
         started = time.monotonic()

@@ -21,6 +21,8 @@ from pathlib import Path
 from e2e.localcluster import procs
 from e2e.localcluster.config import cache_root
 
+from . import host
+
 # Unix socket paths are limited to 107 bytes; containerd's socket is the deepest one dockerd creates.
 _SUN_PATH_MAX = 107
 _CONTAINERD_SOCKET = Path("containerd") / "containerd.sock"
@@ -191,6 +193,10 @@ class Dockerd:
         if record is not None:
             self._wait_ready(record)
             return self.status()
+        try:
+            host.ensure_packages()
+        except host.HostError as exc:
+            raise DockerdError(str(exc)) from exc
         dockerd = shutil.which("dockerd")
         if dockerd is None:
             raise DockerdError("dockerd not found; install Debian's Docker Engine: apt-get install docker.io")

@@ -41,3 +41,10 @@ def test_a_cache_dir_too_deep_for_unix_sockets_is_refused_with_the_fix() -> None
     check_paths(DockerdPaths(Path("/root/.cache/disagg-operator/docker")))
     with pytest.raises(DockerdError, match="DISAGG_CACHE_DIR"):
         check_paths(DockerdPaths(Path("/" + "d" * 80) / "docker"))
+
+
+def test_missing_host_programs_map_to_their_debian_packages() -> None:
+    from e2e.images.host import missing_packages
+
+    programs = {"sh": "dash", "disagg-no-such-program": "some-package", "disagg-no-such-either": "some-package"}
+    assert missing_packages(programs) == ["some-package"]
