@@ -148,6 +148,9 @@ def _cni_config(paths: NodePaths) -> dict[str, object]:
                 "type": "bridge",
                 "bridge": network.BRIDGE,
                 "isGateway": True,
+                # A default route through the bridge address: Service IPs (kube-proxy) and kwok's pod range are
+                # reached through the host; the guard in network.py stops anything meant for beyond it.
+                "isDefaultGateway": True,
                 # Nothing leaves the machine, so no source NAT; the host reaches pod addresses directly.
                 "ipMasq": False,
                 # A pod reaching itself through a Service comes back over its own bridge port.
