@@ -33,9 +33,10 @@ from .pki import REAL_NODE_NAME
 NODE_NAME = REAL_NODE_NAME
 LABEL = ("disagg.dev/e2e-node", "real")
 TAINT = {"key": "disagg.dev/e2e-node", "value": "real", "effect": "NoSchedule"}
-# What engine pods request. Eight lets several small test deployments (simulated engines) share the node; real
-# vLLM CPU engines are limited by the node's real CPU and memory, which the kubelet reports as they are.
-GPUS = 8
+# What engine pods request (one per TP rank). Enough for every small test deployment of simulated engines at once
+# (e2e/test_router_configs.py runs 14 side by side); real vLLM CPU engines are limited by the node's real CPU and
+# memory instead, which the kubelet reports as they are.
+GPUS = 64
 CLUSTER_DOMAIN = "cluster.local"
 OWNER_FILE = Path("/run/disagg-e2e/real-node-owner")
 REGISTER_TIMEOUT_SECONDS = 90.0
