@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from disagg.names import PoolName as PoolName
+
 from .base import ApiModel
 from .cel import CelRule, exactly_one_of, with_cel
 from .engine import EngineSettings
@@ -259,6 +261,3 @@ class PoolSpec(ApiModel):
         description="Override of the pod termination grace period. Default: the engine's shutdown timeout plus 30s.",
     )
 
-
-PoolName = Literal["prefill", "decode"]
-DeploymentShape = Literal["Deployment", "LeaderWorkerSet"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from disagg.api.deployment import DisaggDeployment
 from disagg.api.resolve import resolve_family
+from disagg.names import common_labels, kv_config_name
 
 from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
-from .names import common_labels, kv_config_name
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service

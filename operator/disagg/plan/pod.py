@@ -13,9 +13,9 @@ from disagg.api.pool import PoolSpec, Scheduling
 from disagg.api.resolve import ResolvedFamily
 from disagg.api.types import EnvVar, Toleration
 from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.names import LWS_GROUP_KEY_LABEL, kv_config_name, pool_service_name
 
 from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
-from .names import LWS_GROUP_KEY_LABEL, kv_config_name, pool_service_name
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 PROBE_PERIOD_SECONDS = 10

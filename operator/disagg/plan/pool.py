@@ -10,12 +10,12 @@ from disagg.api.engine import DEFAULT_ENGINE_IMAGE, EngineSettings
 from disagg.api.pool import CustomContainer, PoolName, PoolSpec
 from disagg.api.resolve import ResolvedFamily, effective_engine, gpus_per_pod, pool_of
 from disagg.api.types import IntOrPercent
+from disagg.names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
 from .engine_args import WORKER_INDEX, MultiNode, NodeRole, engine_argv, multi_node_layout
 from .model import ContainerPlan, EngineCommand, PodPlan, ServicePlan, WorkloadPlan
-from .names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
 from .pod import (
     base_engine_env,
     engine_resources,

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.engine import DEFAULT_ENGINE_IMAGE
+from disagg.names import child_name, common_labels, selector_labels
 
 from .engine_args import chat_argv
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
-from .names import child_name, common_labels, selector_labels
 from .pod import model_env, model_volume, tolerations, user_env
 
 

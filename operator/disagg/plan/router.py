@@ -9,10 +9,10 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.pool import PoolName
 from disagg.api.resolve import is_multi_node, pool_of
+from disagg.names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
 
 from .connectors.base import field_env, literal_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
-from .names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
 from .pod import tolerations, user_env
 
 DEFAULT_PREFILL_POLICY = "cache_aware"

@@ -8,10 +8,10 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.engine import DEFAULT_ENGINE_IMAGE
 from disagg.api.kvcache import MooncakeStore
 from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.names import child_name, common_labels, selector_labels
 
 from .connectors.lmcache import lmcache_server_port
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
-from .names import child_name, common_labels, selector_labels
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """A small REST layer over the official client's transport: apply, list, delete, status, events.
 
-It builds paths from the fixed table of kinds the operator manages instead of running API discovery, and speaks
+It builds paths from the fixed table of kinds the operator touches (`disagg.names.KINDS`) instead of running API
+discovery, and speaks
 server-side apply directly. Authentication, TLS and connection pooling are the official client's (aiohttp, the
 same stack kopf uses).
 """
@@ -16,22 +17,9 @@ from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 from kubernetes.aio.client.exceptions import ApiException
 
-from disagg.api.deployment import GROUP, PLURAL, VERSION
+from disagg.names import KINDS
 
-from .children import FIELD_MANAGER, MANAGED_KINDS
-
-PLURALS = {
-    "ServiceAccount": "serviceaccounts",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "ConfigMap": "configmaps",
-    "Service": "services",
-    "Deployment": "deployments",
-    "LeaderWorkerSet": "leaderworkersets",
-    "Event": "events",
-    "Pod": "pods",
-    "DisaggDeployment": PLURAL,
-}
+from .children import FIELD_MANAGER
 
 
 @dataclass
@@ -70,12 +58,12 @@ def _base(api_version: str) -> str:
     return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
 
 
-def path(kind: str, namespace: str | None, name: str | None = None, api_version: str | None = None) -> str:
-    version = api_version or MANAGED_KINDS.get(kind) or ("v1" if kind in ("Event", "Pod") else f"{GROUP}/{VERSION}")
-    location = _base(version)
+def path(kind: str, namespace: str | None, name: str | None = None) -> str:
+    """The REST path of a kind (KINDS names every kind the operator touches), a namespace and a name."""
+    location = _base(KINDS[kind].api_version)
     if namespace:
         location += f"/namespaces/{namespace}"
-    location += f"/{PLURALS[kind]}"
+    location += f"/{KINDS[kind].plural}"
     if name:
         location += f"/{name}"
     return location
@@ -130,7 +118,7 @@ class Kube:
     async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply with force: our manager takes back fields someone else changed (drift correction)."""
         metadata = obj["metadata"]
-        location = path(obj["kind"], metadata.get("namespace"), metadata["name"], obj["apiVersion"])
+        location = path(obj["kind"], metadata.get("namespace"), metadata["name"])
         result: dict[str, Any] = await self._request(
             "PATCH",
             location,
@@ -145,7 +133,7 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         for item in items:  # list items omit these; children are handled as whole objects
             item.setdefault("kind", kind)
-            item.setdefault("apiVersion", MANAGED_KINDS.get(kind, "v1"))
+            item.setdefault("apiVersion", KINDS[kind].api_version)
         return items
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import validate_deployment
+from disagg.names import CHILD_KINDS, KINDS, POD, children_selector
 from disagg.plan import build_plan
 from disagg.plan.model import DeploymentPlan
 from disagg.render import render_plan
@@ -22,12 +23,10 @@ from disagg.render import render_plan
 from . import metrics
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .children import (
-    MANAGED_KINDS,
     REPLICAS_MANAGER,
     ChildKey,
     child_key,
     owner_reference,
-    owner_selector,
     select_prunable,
 )
 from .events import Notice, event_object, notices_for
@@ -37,13 +36,6 @@ from .status import Observation, StatusReport, compute_status
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
-
-API_HINTS = {
-    "LeaderWorkerSet": "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not installed, and a pool with "
-    "nodesPerReplica > 1 needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use "
-    "nodesPerReplica 1",
-}
-
 
 TRANSIENT_BEFORE_REPORTING = 3
 """Consecutive passes failing with a retryable error before the error is reported in status."""
@@ -166,7 +158,7 @@ class Reconciler:
                 if exc.namespace_terminating:
                     return "gone"  # the namespace and everything in it is going away
                 if exc.api_missing:
-                    missing.append(API_HINTS.get(obj["kind"], f"the {obj['kind']} API is not installed"))
+                    missing.append(KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed")
                     continue
                 if exc.transient and self.queue.failures(key) < TRANSIENT_BEFORE_REPORTING:
                     raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
@@ -231,9 +223,9 @@ class Reconciler:
 
     async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
         live: dict[ChildKey, dict[str, Any]] = {}
-        for kind in MANAGED_KINDS:
+        for kind in CHILD_KINDS:
             try:
-                items = await self.kube.list(kind, namespace, owner_selector(name))
+                items = await self.kube.list(kind.name, namespace, children_selector(name))
             except KubeError as exc:
                 if exc.api_missing:
                     continue  # e.g. no LeaderWorkerSet API: there can be no such children either
@@ -266,7 +258,7 @@ class Reconciler:
 
     async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         try:
-            return await self.kube.list("Pod", namespace, owner_selector(name))
+            return await self.kube.list(POD.name, namespace, children_selector(name))
         except KubeError as exc:
             if exc.status == 403:  # diagnostics only: without pod read access the status just says less
                 return []

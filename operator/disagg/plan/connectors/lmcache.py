@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.plan.names import child_name
+from disagg.names import child_name
 
 from .base import KV_CONFIG_DIR, ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 

@@ -8,7 +8,7 @@ from typing import Any
 from disagg.api.kvcache import MooncakeStore
 from disagg.api.transfer import MooncakeSettings
 from disagg.api.units import parse_quantity
-from disagg.plan.names import BOOTSTRAP_PORT_ANNOTATION, child_name
+from disagg.names import BOOTSTRAP_PORT_ANNOTATION, child_name
 
 from .base import KV_CONFIG_DIR, ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 

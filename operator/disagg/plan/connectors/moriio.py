@@ -6,7 +6,7 @@ from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.transfer import MoriioSettings
-from disagg.plan.names import child_name
+from disagg.names import child_name
 
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring
 
