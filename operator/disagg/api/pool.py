@@ -260,4 +260,3 @@ class PoolSpec(ApiModel):
         default=None,
         description="Override of the pod termination grace period. Default: the engine's shutdown timeout plus 30s.",
     )
-

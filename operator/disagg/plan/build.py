@@ -1,9 +1,9 @@
-"""spec -> plan: the one entry point of the plan stage."""
+"""spec -> resolved view -> plan: the one entry point of the plan stage."""
 
 from __future__ import annotations
 
 from disagg.api.deployment import DisaggDeployment
-from disagg.api.resolve import resolve_family
+from disagg.api.resolve import resolve_deployment
 from disagg.names import common_labels, kv_config_name
 
 from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
@@ -15,14 +15,12 @@ from .stores import plan_store
 
 def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
     """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
-    spec = deployment.spec
-    name = deployment.metadata.name
-    namespace = namespace or deployment.metadata.namespace
-    family = resolve_family(spec.model)
-    pools = [plan_pool(spec, name, role, family) for role in ("prefill", "decode")]
-    router = plan_router(spec, name)
-    render = plan_render_tier(spec, name)
-    store = plan_store(spec, name)
+    resolved = resolve_deployment(deployment, namespace)
+    name, namespace = resolved.name, resolved.namespace
+    pools = [plan_pool(resolved, pool) for pool in resolved.pools]
+    router = plan_router(resolved)
+    render = plan_render_tier(resolved)
+    store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
 
     workloads: list[WorkloadPlan] = []
     services: list[ServicePlan] = []
@@ -38,7 +36,8 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     if render is not None:
         workloads.append(render.workload)
         services.append(render.service)
-    services.append(user_facing_service(spec, name, has_router=router is not None))
+    frontend = resolved.frontend
+    services.append(user_facing_service(name, frontend.service, resolved.decode, has_router=router is not None))
 
     files: dict[str, str] = {}
     for pool in pools:
@@ -49,8 +48,8 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     return DeploymentPlan(
         name=name,
         namespace=namespace,
-        family=family,
-        endpoint=f"http://{endpoint_host}:{spec.frontend.service.port}",
+        family=resolved.family,
+        endpoint=f"http://{endpoint_host}:{frontend.service.port}",
         workloads=workloads,
         services=services,
         config_maps=config_maps if files else [],

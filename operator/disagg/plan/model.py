@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.api.pool import PoolName
 from disagg.api.resolve import ResolvedFamily
+from disagg.names import PoolName
 
 Json = Any
 WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
