@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from disagg.api.deployment import DisaggDeployment
 from disagg.api.resolve import resolve_deployment
-from disagg.names import common_labels, kv_config_name
+from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
 from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
 from .stores import plan_store
+
+
+def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
+    """The controller owner reference of every child: the garbage collector deletes children with their
+    DisaggDeployment, and pruning deletes only objects that carry it."""
+    uid = deployment.metadata.uid
+    if uid is None:
+        return []
+    reference = {"apiVersion": API_VERSION, "kind": KIND, "name": deployment.metadata.name, "uid": uid}
+    return [{**reference, "controller": True, "blockOwnerDeletion": True}]
 
 
 def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
@@ -48,6 +60,7 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     return DeploymentPlan(
         name=name,
         namespace=namespace,
+        owner_references=owner_references(deployment),
         family=resolved.family,
         endpoint=f"http://{endpoint_host}:{frontend.service.port}",
         workloads=workloads,

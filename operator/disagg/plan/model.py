@@ -53,9 +53,13 @@ class WorkloadPlan:
     strategy: Json
     group_size: int = 1
     worker_pod: PodPlan | None = None
+    startup_policy: str | None = None
+    """LeaderWorkerSet only: when the workers of a group are created."""
+    group_restart_policy: str | None = None
+    """LeaderWorkerSet only: what a failing pod does to its group."""
     replicas_owned_elsewhere: bool = False
-    """True when an autoscaler (ours or an external HPA/KEDA) owns the replica count; the reconciler then leaves
-    the field to that owner after creation."""
+    """True when an autoscaler (ours or an external HPA/KEDA) owns the replica count. `replicas` is then the count
+    a new workload starts with; reconcile/ownership.py decides when the field is handed over to that owner."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class EngineCommand:
 class DeploymentPlan:
     name: str
     namespace: str | None
+    owner_references: list[Json]
+    """The controller reference every child carries, when the DisaggDeployment has a uid (it was read from a
+    cluster); empty for a file that was never applied."""
     family: ResolvedFamily
     endpoint: str
     workloads: list[WorkloadPlan]

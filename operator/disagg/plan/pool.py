@@ -29,6 +29,12 @@ from .pod import (
 
 # Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
 DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
+GROUP_STARTUP_POLICY = "LeaderCreated"
+"""Workers start as soon as the leader pod exists, not once it is Ready: a multi-node vLLM leader only becomes
+ready after every worker has joined, so waiting for it (LeaderReady) would never start the workers."""
+GROUP_RESTART_POLICY = "RecreateGroupOnPodRestart"
+"""A replica's ranks share one torch.distributed group that cannot take back a restarted rank, so one failing pod
+restarts its whole group."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan
         strategy,
         group_size=pool.layout.pods,
         worker_pod=worker if multi_node else None,
+        startup_policy=GROUP_STARTUP_POLICY if multi_node else None,
+        group_restart_policy=GROUP_RESTART_POLICY if multi_node else None,
         replicas_owned_elsewhere=pool.replicas_owned_elsewhere,
     )
 

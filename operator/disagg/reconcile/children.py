@@ -22,18 +22,6 @@ def child_key(obj: dict[str, Any]) -> ChildKey:
     return obj["kind"], obj["metadata"]["name"]
 
 
-def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
-    metadata = owner["metadata"]
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": metadata["name"],
-        "uid": metadata["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def is_owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs)

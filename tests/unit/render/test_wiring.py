@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from disagg.api.units import parse_quantity
+from disagg.plan import build_plan
 from disagg.render import render_deployment
 from tests.conftest import EXAMPLES
 from tests.support.rendering import (
@@ -368,14 +369,29 @@ def test_nofile_limit_wraps_the_engine_in_a_shell() -> None:
     assert container["args"][0] == "m"
 
 
-def test_autoscaled_replicas_are_left_to_their_owner() -> None:
+def test_autoscaled_workloads_start_from_the_spec_count_and_are_marked_as_owned_elsewhere() -> None:
     deployment = deployment_from_yaml(
         _BASE + "  decode: {replicas: 2, autoscaling: {enabled: true, controller: external}}\n"
     )
-    objects = render_deployment(deployment, "ns", include_owned_replicas=False)
-    assert "replicas" not in find(objects, "Deployment", "t-decode")["spec"]
-    assert find(objects, "Deployment", "t-prefill")["spec"]["replicas"] == 1
+    owned = {w.name: w.replicas_owned_elsewhere for w in build_plan(deployment, "ns").workloads}
+    assert owned == {"t-prefill": False, "t-decode": True, "t-router": False}
+    # The count a new workload starts with; tests/unit/reconcile tests when the reconciler stops sending it.
     assert find(render_deployment(deployment, "ns"), "Deployment", "t-decode")["spec"]["replicas"] == 2
+
+
+def test_children_of_a_deployment_read_from_a_cluster_carry_its_controller_reference() -> None:
+    objects = render_deployment(deployment_from_yaml(_BASE.replace("{name: t}", "{name: t, uid: u-1}")), "ns")
+    expected = {
+        "apiVersion": "disagg.dev/v1alpha1",
+        "kind": "DisaggDeployment",
+        "name": "t",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert objects and all(obj["metadata"]["ownerReferences"] == [expected] for obj in objects)
+    assert all(obj["metadata"]["namespace"] == "ns" for obj in objects)
+    assert all("ownerReferences" not in obj["metadata"] for obj in render_deployment(deployment_from_yaml(_BASE), "ns"))
 
 
 def test_engine_flags_are_long_names() -> None:
