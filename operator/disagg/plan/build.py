@@ -31,7 +31,7 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     name, namespace = resolved.name, resolved.namespace
     pools = [plan_pool(resolved, pool) for pool in resolved.pools]
     router = plan_router(resolved)
-    render = plan_render_tier(resolved)
+    render_tier = plan_render_tier(resolved)
     store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
 
     workloads: list[WorkloadPlan] = []
@@ -45,9 +45,9 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     if router is not None:
         workloads.append(router.workload)
         services.append(router.service)
-    if render is not None:
-        workloads.append(render.workload)
-        services.append(render.service)
+    if render_tier is not None:
+        workloads.append(render_tier.workload)
+        services.append(render_tier.service)
     frontend = resolved.frontend
     services.append(user_facing_service(name, frontend.service, resolved.decode, has_router=router is not None))
 
@@ -69,5 +69,5 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         rbac=router.rbac if router is not None else None,
         engines=[pool.command for pool in pools if pool.command is not None],
         router_argv=router.argv if router is not None else None,
-        render_argv=render.argv if render is not None else None,
+        render_tier_argv=render_tier.argv if render_tier is not None else None,
     )

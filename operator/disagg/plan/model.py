@@ -120,5 +120,5 @@ class DeploymentPlan:
     engines: list[EngineCommand]
     router_argv: list[str] | None
     """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
-    render_argv: list[str] | None
-    """Arguments after `vllm launch render`, or None without a render tier."""
+    render_tier_argv: list[str] | None
+    """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from disagg.api.engine import ChatSettings
-from disagg.api.frontend import RenderSpec
+from disagg.api.frontend import RenderTierSpec
 from disagg.api.model import ModelSpec
 from disagg.api.resolve import ResolvedDeployment
 from disagg.names import child_name, common_labels, selector_labels
@@ -22,9 +22,11 @@ class RenderTierPlan:
     argv: list[str]
 
 
-def render_argv(model: ModelSpec, chat: ChatSettings, render: RenderSpec, max_model_len: int | None) -> list[str]:
+def render_tier_argv(
+    model: ModelSpec, chat: ChatSettings, tier: RenderTierSpec, max_model_len: int | None
+) -> list[str]:
     """Arguments after `vllm launch render`."""
-    argv = [model.name, "--served-model-name", model.served_name or model.name, "--port", str(render.port)]
+    argv = [model.name, "--served-model-name", model.served_name or model.name, "--port", str(tier.port)]
     if model.revision:
         argv += ["--revision", model.revision]
     if model.trust_remote_code:
@@ -32,28 +34,28 @@ def render_argv(model: ModelSpec, chat: ChatSettings, render: RenderSpec, max_mo
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
     argv += chat_argv(chat)
-    if render.workers is not None:
-        argv += ["--renderer-num-workers", str(render.workers)]
+    if tier.workers is not None:
+        argv += ["--renderer-num-workers", str(tier.workers)]
     return argv
 
 
 def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
-    render = deployment.frontend.render
-    if not render.enabled:
+    tier = deployment.frontend.render
+    if not tier.enabled:
         return None
-    argv = render_argv(deployment.model, deployment.chat, render, deployment.max_model_len)
+    argv = render_tier_argv(deployment.model, deployment.chat, tier, deployment.max_model_len)
     volume, mount = model_volume(deployment.model.storage)
-    requests = {name: str(value) for name, value in render.resources.requests.items()} or {"cpu": "1", "memory": "2Gi"}
-    limits = {name: str(value) for name, value in render.resources.limits.items()}
+    requests = {name: str(value) for name, value in tier.resources.requests.items()} or {"cpu": "1", "memory": "2Gi"}
+    limits = {name: str(value) for name, value in tier.resources.limits.items()}
     get = {"path": "/health", "port": "http"}
     container = ContainerPlan(
         name="render",
-        image=render.image or deployment.shared_image,
+        image=tier.image or deployment.shared_image,
         image_pull_policy=deployment.shared_pull_policy,
         command=["vllm", "launch", "render"],
         args=argv,
-        env=[*model_env(deployment.model.storage), *user_env(render.env)],
-        ports=[{"name": "http", "containerPort": render.port, "protocol": "TCP"}],
+        env=[*model_env(deployment.model.storage), *user_env(tier.env)],
+        ports=[{"name": "http", "containerPort": tier.port, "protocol": "TCP"}],
         resources={"requests": requests, "limits": limits},
         volume_mounts=[mount],
         probes={
@@ -65,10 +67,10 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
     name = child_name(deployment.name, "render")
     labels = common_labels(deployment.name, "render")
     extra: dict[str, object] = {}
-    if render.placement.node_selector:
-        extra["nodeSelector"] = dict(render.placement.node_selector)
-    if render.placement.tolerations:
-        extra["tolerations"] = tolerations(render.placement.tolerations)
+    if tier.placement.node_selector:
+        extra["nodeSelector"] = dict(tier.placement.node_selector)
+    if tier.placement.tolerations:
+        extra["tolerations"] = tolerations(tier.placement.tolerations)
     pod = PodPlan(labels=labels, annotations={}, containers=[container], volumes=[volume], spec_extra=extra)
     workload = WorkloadPlan(
         "Deployment",
@@ -76,7 +78,7 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
         "render",
         labels,
         selector_labels(deployment.name, "render"),
-        render.replicas,
+        tier.replicas,
         pod,
         {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
     )
@@ -84,6 +86,6 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
         name,
         labels,
         selector_labels(deployment.name, "render"),
-        [{"name": "http", "port": render.port, "targetPort": "http", "protocol": "TCP"}],
+        [{"name": "http", "port": tier.port, "targetPort": "http", "protocol": "TCP"}],
     )
     return RenderTierPlan(workload, service, argv)

@@ -297,9 +297,9 @@ def test_hybrid_models_get_the_ssm_preset() -> None:
 
 def test_render_tier_shares_chat_flags_and_engines_go_tokens_only() -> None:
     plan = planned(example("12-render-tier-tokens-only"))
-    assert plan.render_argv is not None
+    assert plan.render_tier_argv is not None
     chat = ["--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice"]
-    assert " ".join(chat) in " ".join(plan.render_argv)
+    assert " ".join(chat) in " ".join(plan.render_tier_argv)
     for engine in plan.engines:
         assert "--tokens-only" in engine.argv and " ".join(chat) in " ".join(engine.argv)
 
@@ -397,7 +397,7 @@ def test_children_of_a_deployment_read_from_a_cluster_carry_its_controller_refer
 def test_engine_flags_are_long_names() -> None:
     for path in EXAMPLES:
         plan = planned(path)
-        argvs = [engine.argv for engine in plan.engines] + [plan.router_argv or [], plan.render_argv or []]
+        argvs = [engine.argv for engine in plan.engines] + [plan.router_argv or [], plan.render_tier_argv or []]
         for argv in argvs:
             for token in argv:
                 if token.startswith("-") and not token.lstrip("-").isdigit():
