@@ -137,6 +137,10 @@ class Kube:
             await k8s_config.load_kube_config(client_configuration=configuration)
         return cls(ApiClientTransport(k8s.ApiClient(configuration)))
 
+    @property
+    def transport(self) -> Transport:
+        return self._transport
+
     async def close(self) -> None:
         await self._transport.close()
 
