@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from disagg.api.units import parse_quantity
-from disagg.plan import build_plan
 from disagg.render import render_deployment
 from tests.conftest import EXAMPLES
 from tests.support.rendering import (
@@ -367,16 +366,6 @@ def test_nofile_limit_wraps_the_engine_in_a_shell() -> None:
     container = engine_container(render_deployment(deployment, "ns"), "t-prefill")
     assert container["command"] == ["/bin/sh", "-c", 'ulimit -n 1048576 && exec vllm serve "$@"', "vllm-serve"]
     assert container["args"][0] == "m"
-
-
-def test_autoscaled_workloads_start_from_the_spec_count_and_are_marked_as_owned_elsewhere() -> None:
-    deployment = deployment_from_yaml(
-        _BASE + "  decode: {replicas: 2, autoscaling: {enabled: true, controller: external}}\n"
-    )
-    owned = {w.name: w.replicas_owned_elsewhere for w in build_plan(deployment, "ns").workloads}
-    assert owned == {"t-prefill": False, "t-decode": True, "t-router": False}
-    # The count a new workload starts with; tests/unit/reconcile tests when the reconciler stops sending it.
-    assert find(render_deployment(deployment, "ns"), "Deployment", "t-decode")["spec"]["replicas"] == 2
 
 
 def test_children_of_a_deployment_read_from_a_cluster_carry_its_controller_reference() -> None:
