@@ -30,7 +30,7 @@ async def test_the_real_api_server_agrees_with_the_fake(
 ) -> None:
     namespace = f"fake-contract-{uuid.uuid4().hex[:8]}"
     with_crd.kubectl("create", "namespace", namespace)
-    kube = await Kube.connect()  # the admin kubeconfig the kube_cluster fixture exports
+    kube = await Kube.connect(str(with_crd.kubeconfig))  # as cluster admin
     try:
         await scenario(Cluster(kube, kube.transport, namespace, settle_seconds=30))
     finally:

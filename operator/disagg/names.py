@@ -128,6 +128,11 @@ class Kind:
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
 
+    @property
+    def resource(self) -> str:
+        """The plural qualified by the group, as kubectl, kr8s and the API server's messages spell it."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
 
 SERVICE_ACCOUNT = Kind("ServiceAccount", "v1", "serviceaccounts")
 ROLE = Kind("Role", "rbac.authorization.k8s.io/v1", "roles")

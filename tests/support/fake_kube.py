@@ -18,10 +18,11 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
 - GET, list with label selectors (=, ==, !=, existence); merge patches of /status; Events with generateName;
 - DELETE with a UID precondition (409 on mismatch), finalizers (deletionTimestamp), and garbage collection of
   dependents whose owners are all gone (at once, where the real collector takes a moment);
-- errors as Status objects: 404 for missing objects and namespaces, and for kinds the server does not serve
-  ("the server could not find the requested resource"); 409 conflicts; 422 for what validation refuses (names,
-  label syntax, more than one controller reference, a Deployment selector that misses its template or changes,
-  a Service clusterIP that changes); 403 for new objects in a terminating namespace;
+- errors as Status objects: 404 for missing objects and namespaces and for an unknown resource or version of a
+  served group ("the server could not find the requested resource"), but a bare text "404 page not found" for a
+  group nothing serves (a CRD that is not installed, e.g. LeaderWorkerSet); 409 conflicts; 422 for what validation
+  refuses (names, label syntax, more than one controller reference, a Deployment selector that misses its template
+  or changes, a Service clusterIP that changes); 403 for new objects in a terminating namespace;
 - fault injection (`fail`) for answers the fake has no reason to give by itself (500s, 429s, 403s).
 
 Not modelled: watches, admission webhooks, RBAC, defaults beyond the replica count and a Service's cluster IP.
@@ -209,6 +210,10 @@ class ApiError(KubeError):
         return status_error(self.status, self.reason, self.message)
 
 
+class PageNotFound(Exception):
+    """A path no API group serves: the real server answers with a bare text 404, not a Status object."""
+
+
 @dataclass
 class _Entry:
     obj: dict[str, Any]
@@ -261,6 +266,8 @@ class FakeApiServer:
             result = self._handle(method, kind, namespace, name, subresource, params, body, content_type)
         except ApiError as exc:
             return exc.response
+        except PageNotFound:
+            return Response(404, "Not Found", b"404 page not found\n")
         return Response(200, "OK", json.dumps(result).encode())
 
     async def close(self) -> None:
@@ -301,7 +308,7 @@ class FakeApiServer:
         namespace = obj["metadata"].get("namespace", "default")
         name = obj["metadata"]["name"]
         if (kind.name, namespace, name) in self._entries:
-            raise ApiError(409, "AlreadyExists", f'{_resource(kind)} "{name}" already exists')
+            raise ApiError(409, "AlreadyExists", f'{kind.resource} "{name}" already exists')
         self._check_namespace(kind, namespace, name)
         status = copy.deepcopy(obj.get("status"))
         body = self._without_server_fields(obj)
@@ -373,6 +380,8 @@ class FakeApiServer:
             api_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if api_version.rpartition("/")[0] not in {kind.group for kind in self._served.values()}:
+            raise PageNotFound()  # nothing serves the group: the request never reaches an API handler
         namespace = None
         if len(rest) >= 2 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
@@ -579,7 +588,7 @@ class FakeApiServer:
     def _entry(self, kind: Kind, namespace: str, name: str) -> _Entry:
         entry = self._entries.get((kind.name, namespace, name))
         if entry is None:
-            raise ApiError(404, "NotFound", f'{_resource(kind)} "{name}" not found')
+            raise ApiError(404, "NotFound", f'{kind.resource} "{name}" not found')
         return entry
 
     def _check_namespace(self, kind: Kind, namespace: str, name: str) -> None:
@@ -590,7 +599,7 @@ class FakeApiServer:
             raise ApiError(
                 403,
                 "Forbidden",
-                f'{_resource(kind)} "{name}" is forbidden: unable to create new content in namespace {namespace} '
+                f'{kind.resource} "{name}" is forbidden: unable to create new content in namespace {namespace} '
                 "because it is being terminated",
             )
 
@@ -734,13 +743,9 @@ def _kept(obj: dict[str, Any]) -> list[str]:
     return [key for key in _SERVER_METADATA if key in obj["metadata"] and key != "managedFields"]
 
 
-def _resource(kind: Kind) -> str:
-    return kind.plural if not kind.group else f"{kind.plural}.{kind.group}"
-
-
 def _modified(kind: Kind, name: str) -> str:
     return (
-        f'Operation cannot be fulfilled on {_resource(kind)} "{name}": the object has been modified; please apply '
+        f'Operation cannot be fulfilled on {kind.resource} "{name}": the object has been modified; please apply '
         "your changes to the latest version and try again"
     )
 

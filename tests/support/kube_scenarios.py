@@ -17,7 +17,7 @@ from typing import Any
 
 from disagg.names import API_VERSION, KIND
 from disagg.reconcile.children import FIELD_MANAGER, REPLICAS_MANAGER
-from disagg.reconcile.kube import Kube, Transport, path
+from disagg.reconcile.kube import Kube, KubeError, Transport, path
 from disagg.reconcile.ownership import manages_replicas, replicas_patch
 
 
@@ -286,10 +286,22 @@ async def lists_filter_by_labels(c: Cluster) -> None:
     assert items[0]["kind"] == "ConfigMap" and items[0]["apiVersion"] == "v1"
 
 
-async def kinds_the_server_does_not_serve_answer_not_found(c: Cluster) -> None:
-    status, body = await c.send("GET", f"/apis/nothing.disagg.dev/v1/namespaces/{c.namespace}/nothings")
-    assert status == 404, (status, body)
-    assert "the server could not find the requested resource" in body["message"]
+async def kinds_the_server_does_not_serve_are_missing_apis(c: Cluster) -> None:
+    for location in (
+        f"/apis/nothing.disagg.dev/v1/namespaces/{c.namespace}/nothings",  # no such group: a text 404
+        f"/apis/apps/v1/namespaces/{c.namespace}/nothings",  # a served group, no such resource: a Status
+        f"/apis/apps/v9/namespaces/{c.namespace}/deployments",  # a served group, no such version: a Status
+    ):
+        for method, body in (("GET", None), ("PATCH", config_map(c.namespace, "x"))):
+            response = await c.transport.request(
+                method, location, [("fieldManager", FIELD_MANAGER)], body, "application/apply-patch+yaml"
+            )
+            error = KubeError.from_response(response)
+            assert error.status == 404 and error.api_missing, (method, location, error)
+    missing_object = KubeError.from_response(
+        await c.transport.request("GET", path("ConfigMap", c.namespace, "absent"), [], None, "application/json")
+    )
+    assert missing_object.status == 404 and not missing_object.api_missing
 
 
 async def status_merge_patches_remove_what_is_null(c: Cluster) -> None:
@@ -328,7 +340,7 @@ SCENARIOS: list[Callable[[Cluster], Awaitable[None]]] = [
     delete_honours_the_uid_precondition,
     dependents_go_with_their_owner,
     lists_filter_by_labels,
-    kinds_the_server_does_not_serve_answer_not_found,
+    kinds_the_server_does_not_serve_are_missing_apis,
     status_merge_patches_remove_what_is_null,
     missing_objects_read_as_none,
 ]

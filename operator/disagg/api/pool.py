@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from disagg.names import PoolName as PoolName
+from disagg.names import PoolName as PoolName  # re-exported: scaling/ still imports it from here
 
 from .base import ApiModel
 from .cel import CelRule, exactly_one_of, with_cel

@@ -24,6 +24,13 @@ from .children import FIELD_MANAGER
 REQUEST_TIMEOUT_S = 60
 
 
+@dataclass(frozen=True)
+class Response:
+    status: int
+    reason: str
+    body: bytes
+
+
 @dataclass
 class KubeError(Exception):
     """An API error with what the user needs: the status code, the reason and the server's message."""
@@ -35,6 +42,16 @@ class KubeError(Exception):
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
 
+    @classmethod
+    def from_response(cls, response: Response) -> KubeError:
+        """The API server answers errors with a Status object; keep its reason and message."""
+        text = response.body.decode(errors="replace")
+        try:
+            body = json.loads(text or "{}")
+            return cls(response.status, str(body.get("reason") or response.reason), str(body.get("message") or text))
+        except (ValueError, TypeError, AttributeError):
+            return cls(response.status, response.reason, text)
+
     @property
     def transient(self) -> bool:
         return self.status in (0, 409, 429) or self.status >= 500
@@ -45,14 +62,13 @@ class KubeError(Exception):
 
     @property
     def api_missing(self) -> bool:
-        return self.status == 404 and "the server could not find the requested resource" in self.message
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    reason: str
-    body: bytes
+        """The server does not serve the kind: nothing serves its group (a CRD that is not installed, answered by a
+        bare "404 page not found"), or the group lacks that version or resource (a Status saying so)."""
+        if self.status != 404:
+            return False
+        return "the server could not find the requested resource" in self.message or (
+            self.message.strip() == "404 page not found"
+        )
 
 
 class Transport(Protocol):
@@ -97,16 +113,6 @@ class ApiClientTransport:
         await self._api.close()
 
 
-def _error(response: Response) -> KubeError:
-    """The API server answers errors with a Status object; keep its reason and message."""
-    text = response.body.decode(errors="replace")
-    try:
-        body = json.loads(text or "{}")
-        return KubeError(response.status, str(body.get("reason") or response.reason), str(body.get("message") or text))
-    except (ValueError, TypeError, AttributeError):
-        return KubeError(response.status, response.reason, text)
-
-
 def _base(api_version: str) -> str:
     return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
 
@@ -129,12 +135,14 @@ class Kube:
         self._transport = transport
 
     @classmethod
-    async def connect(cls) -> Kube:
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """The pod's service account, else `kubeconfig` or $KUBECONFIG (read now, not at import)."""
         configuration = k8s.Configuration()
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            await k8s_config.load_kube_config(client_configuration=configuration)
+            await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         return cls(ApiClientTransport(k8s.ApiClient(configuration)))
 
     @property
@@ -155,7 +163,7 @@ class Kube:
     ) -> Any:
         response = await self._transport.request(method, location, query or [], body, content_type)
         if response.status >= 400:
-            raise _error(response)
+            raise KubeError.from_response(response)
         return json.loads(response.body) if response.body else None
 
     async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
