@@ -124,6 +124,19 @@ def check_paths(paths: DockerdPaths) -> None:
             )
 
 
+def mounts_under(mountinfo: str, root: Path) -> list[str]:
+    """Mount points (from /proc/self/mountinfo text) at or below `root`, deepest first."""
+    prefix = str(root).rstrip("/")
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    return sorted(points, key=lambda p: p.count("/"), reverse=True)
+
+
 def docker_client() -> str:
     if DEBIAN_CLIENT.is_file():
         return str(DEBIAN_CLIENT)
@@ -237,8 +250,15 @@ class Dockerd:
                 os.kill(record.pid, signal.SIGKILL)
         for stray in self._strays():
             os.kill(stray.pid, signal.SIGKILL)
+        self._unmount()
         self.paths.state.unlink(missing_ok=True)
         return self.status()
+
+    def _unmount(self) -> None:
+        """dockerd leaves its network-namespace bind mount (exec root/netns/default) behind; without this the cache
+        directory cannot be removed. Only mount points under our own root, deepest first."""
+        for point in mounts_under(Path("/proc/self/mountinfo").read_text(), self.paths.root):
+            subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
 
     def _strays(self) -> list[procs.ProcessRecord]:
         """containerd and shims that outlived a killed dockerd: only processes whose argv names our exec root."""
