@@ -158,8 +158,15 @@ class Dockerd:
 
     def __init__(self, paths: DockerdPaths | None = None) -> None:
         self.paths = paths or DockerdPaths.default()
-        self.docker = docker_client()
         self.env = client_env(self.paths, os.environ)
+        self._client: str | None = None
+
+    @property
+    def docker(self) -> str:
+        """The client binary, looked up on first use (`up` installs it on a machine that has none)."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
 
     # ---- client ------------------------------------------------------------------------------------------------
     def run(
@@ -189,8 +196,25 @@ class Dockerd:
         try:
             record = procs.ProcessRecord.from_json(json.loads(self.paths.state.read_text()))
         except (OSError, ValueError, KeyError):
+            return self._adopt()
+        return record if procs.is_alive(record) else self._adopt()
+
+    def _adopt(self) -> procs.ProcessRecord | None:
+        """A daemon of ours whose state file is gone: its pid file names a dockerd with our data root.
+
+        Starting a second daemon on the same data root instead would corrupt it.
+        """
+        try:
+            pid = int(self.paths.pidfile.read_text().strip())
+            argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, ValueError):
             return None
-        return record if procs.is_alive(record) else None
+        ticks = procs.start_ticks(pid)
+        if ticks is None or f"--data-root={self.paths.data_root}" not in argv:
+            return None
+        record = procs.ProcessRecord("dockerd", pid, ticks, tuple(argv))
+        self.paths.state.write_text(json.dumps(record.to_json()))
+        return record
 
     def status(self) -> Status:
         record = self._record()
