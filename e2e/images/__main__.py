@@ -1,4 +1,4 @@
-"""CLI: python -m e2e.images build|load|dockerd (run from the repository root).
+"""CLI: python -m e2e.images build|load|dockerd|smoke (run from the repository root).
 
   build [--only NAME...]                       build or reuse the images; prints `name ref` lines
   load --ctr-address SOCK [--only NAME...]     build or reuse, then import into containerd (namespace k8s.io)
@@ -15,10 +15,10 @@ import argparse
 import json
 import sys
 
-from . import smoke, specs
-from .build import BuildError, BuiltImage, build_images
+from . import api, smoke, specs
+from .build import BuildError, BuiltImage
 from .dockerd import Dockerd, DockerdError
-from .export import K8S_NAMESPACE, load_into_containerd
+from .export import K8S_NAMESPACE
 from .pipes import PipeError
 
 
@@ -27,7 +27,7 @@ def _say(msg: str) -> None:
 
 
 def _build(docker: Dockerd, names: list[str] | None) -> list[BuiltImage]:
-    return build_images(docker, specs.select(names), log_dir=docker.paths.root / "logs", say=_say)
+    return list(api.build(names, docker=docker, say=_say).values())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,12 +65,13 @@ def main(argv: list[str] | None = None) -> int:
             report = (smoke.prefill_decode if args.pd else smoke.serve)(docker, image)
             print(json.dumps({"image": image, **report}, indent=2))
             return 0
-        built = _build(docker, args.only)
-        if args.command == "load":
-            for image, imported in load_into_containerd(
-                docker, built, args.ctr_address, namespace=args.namespace, ctr=args.ctr
-            ):
-                _say(f"{image.name}: {'imported' if imported else 'already in containerd'} ({image.ref})")
+        if args.command == "build":
+            built = _build(docker, args.only)
+        else:
+            loaded = api.build_and_load(
+                args.ctr_address, args.only, namespace=args.namespace, ctr=args.ctr, docker=docker, say=_say
+            )
+            built = list(loaded.values())
         for image in built:
             print(f"{image.name} {image.ref}", flush=True)
     except (BuildError, DockerdError, PipeError, smoke.SmokeError, ValueError) as exc:

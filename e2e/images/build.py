@@ -114,7 +114,10 @@ def build_images(
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_all(docker, specs, log_dir, say)
+        try:
+            return _build_all(docker, specs, log_dir, say)
+        finally:
+            prune(docker)  # also after a failed build, whose half-built layers are dangling
 
 
 def _build_all(
@@ -150,7 +153,6 @@ def _build_all(
         seconds = time.monotonic() - started
         built.append(BuiltImage(spec.name, keyed, spec.ref, image, key, False, seconds))
         say(f"{spec.name}: built {keyed} in {seconds:.0f} s")
-    prune(docker)
     return built
 
 

@@ -124,6 +124,19 @@ def check_paths(paths: DockerdPaths) -> None:
             )
 
 
+def mounts_under(mountinfo: str, root: Path) -> list[str]:
+    """Mount points (from /proc/self/mountinfo text) at or below `root`, deepest first."""
+    prefix = str(root).rstrip("/")
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    return sorted(points, key=lambda p: p.count("/"), reverse=True)
+
+
 def docker_client() -> str:
     if DEBIAN_CLIENT.is_file():
         return str(DEBIAN_CLIENT)
@@ -145,8 +158,15 @@ class Dockerd:
 
     def __init__(self, paths: DockerdPaths | None = None) -> None:
         self.paths = paths or DockerdPaths.default()
-        self.docker = docker_client()
         self.env = client_env(self.paths, os.environ)
+        self._client: str | None = None
+
+    @property
+    def docker(self) -> str:
+        """The client binary, looked up on first use (`up` installs it on a machine that has none)."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
 
     # ---- client ------------------------------------------------------------------------------------------------
     def run(
@@ -176,8 +196,25 @@ class Dockerd:
         try:
             record = procs.ProcessRecord.from_json(json.loads(self.paths.state.read_text()))
         except (OSError, ValueError, KeyError):
+            return self._adopt()
+        return record if procs.is_alive(record) else self._adopt()
+
+    def _adopt(self) -> procs.ProcessRecord | None:
+        """A daemon of ours whose state file is gone: its pid file names a dockerd with our data root.
+
+        Starting a second daemon on the same data root instead would corrupt it.
+        """
+        try:
+            pid = int(self.paths.pidfile.read_text().strip())
+            argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, ValueError):
             return None
-        return record if procs.is_alive(record) else None
+        ticks = procs.start_ticks(pid)
+        if ticks is None or f"--data-root={self.paths.data_root}" not in argv:
+            return None
+        record = procs.ProcessRecord("dockerd", pid, ticks, tuple(argv))
+        self.paths.state.write_text(json.dumps(record.to_json()))
+        return record
 
     def status(self) -> Status:
         record = self._record()
@@ -237,8 +274,15 @@ class Dockerd:
                 os.kill(record.pid, signal.SIGKILL)
         for stray in self._strays():
             os.kill(stray.pid, signal.SIGKILL)
+        self._unmount()
         self.paths.state.unlink(missing_ok=True)
         return self.status()
+
+    def _unmount(self) -> None:
+        """dockerd leaves its network-namespace bind mount (exec root/netns/default) behind; without this the cache
+        directory cannot be removed. Only mount points under our own root, deepest first."""
+        for point in mounts_under(Path("/proc/self/mountinfo").read_text(), self.paths.root):
+            subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
 
     def _strays(self) -> list[procs.ProcessRecord]:
         """containerd and shims that outlived a killed dockerd: only processes whose argv names our exec root."""

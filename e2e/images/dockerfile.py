@@ -38,8 +38,8 @@ def instructions(text: str) -> list[Instruction]:
         stripped = raw.strip()
         if not pending and (not stripped or stripped.startswith("#")):
             continue
-        if pending and stripped.startswith("#"):
-            continue  # comments inside a continued instruction are removed by Docker too
+        if pending and (not stripped or stripped.startswith("#")):
+            continue  # Docker drops comment and empty lines inside a continued instruction too
         if not pending:
             start = number
         if stripped.endswith("\\"):

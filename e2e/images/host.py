@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Mapping
 
 # program -> the Debian package that provides it
-PROGRAMS = {"dockerd": "docker.io", "mmdebstrap": "mmdebstrap"}
+PROGRAMS = {"dockerd": "docker.io", "docker": "docker.io", "mmdebstrap": "mmdebstrap"}
 
 
 class HostError(RuntimeError):

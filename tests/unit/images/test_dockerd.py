@@ -48,3 +48,18 @@ def test_missing_host_programs_map_to_their_debian_packages() -> None:
 
     programs = {"sh": "dash", "disagg-no-such-program": "some-package", "disagg-no-such-either": "some-package"}
     assert missing_packages(programs) == ["some-package"]
+
+
+def test_only_mounts_under_our_root_are_unmounted_deepest_first() -> None:
+    from e2e.images.dockerd import mounts_under
+
+    mountinfo = (
+        "36 25 0:31 / /c/docker/run/netns/default rw - nsfs nsfs rw\n"
+        "37 25 0:32 / /c/docker/data/overlay2/x/merged rw - overlay overlay rw\n"
+        "38 25 0:33 / /c/docker-other/run rw - tmpfs tmpfs rw\n"
+        "39 25 0:34 / /c/docker/data rw - ext4 /dev/vda rw\n"
+        "40 25 0:35 / / rw - ext4 /dev/vda rw\n"
+    )
+    got = mounts_under(mountinfo, Path("/c/docker"))
+    assert set(got) == {"/c/docker/run/netns/default", "/c/docker/data/overlay2/x/merged", "/c/docker/data"}
+    assert got[-1] == "/c/docker/data"

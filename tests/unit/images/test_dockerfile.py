@@ -142,3 +142,8 @@ def test_every_repository_dockerfile_builds_from_the_harness_base_and_copies_exi
         "router": set(),
     }[spec.name]
     assert expected <= set(paths)
+
+
+def test_empty_lines_inside_a_continuation_do_not_end_the_instruction() -> None:
+    steps = instructions("FROM a\nRUN one \\\n\n    two\nUSER 1\n")
+    assert [(i.keyword, i.args) for i in steps] == [("FROM", "a"), ("RUN", "one two"), ("USER", "1")]
