@@ -30,7 +30,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: needs a Kubernetes API server")
 
 
-
 def _say(msg: str) -> None:
     # Bring-up can take a while; show progress even while output is captured.
     stream = sys.__stderr__
