@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: dev demo demo-down lint unit contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
+.PHONY: dev demo demo-down lint unit real contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
 
 $(VENV)/.installed: pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,10 @@ lint: dev ## ruff, ruff format, mypy --strict
 	$(RUN) mypy
 
 unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
-	$(RUN) pytest tests --ignore=tests/contract
+	$(RUN) pytest tests --ignore=tests/contract --ignore=tests/real
+
+real: dev ## the frontend against real vLLM CPU engines (tests/real; builds its venv once; 15-25 min)
+	$(RUN) pytest tests/real -m real_engines -s
 
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
 	$(RUN) pytest tests/contract

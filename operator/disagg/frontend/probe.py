@@ -92,6 +92,7 @@ def parse_metrics(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], floa
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            # Keyed by the sample name: the parser does not always group `x_total` under a `# TYPE x counter`.
             if sample.name.endswith("_total"):
-                out.setdefault(family.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+                out.setdefault(sample.name[: -len("_total")], {})[tuple(sorted(sample.labels.items()))] = sample.value
     return out
