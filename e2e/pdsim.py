@@ -99,6 +99,7 @@ class SimEngine:
     lease: float = 30.0
     decoder_blocks_ttl: float = 480.0
     recompute_threshold: int = 64
+    prefix_caching: bool = True
     push_timeout: float = 5.0
     prefill_seconds_per_token: float = 0.0
     prefill_base_seconds: float = 0.0
@@ -298,6 +299,8 @@ class SimEngine:
         return {"tokens": tokens, **result}
 
     def _prefix_hit(self, prompt: list[str]) -> int:
+        if not self.prefix_caching:
+            return 0
         hit = 0
         for end in range(self.block_size, len(prompt) + 1, self.block_size):
             if " ".join(prompt[:end]) in self.prefix:

@@ -86,11 +86,12 @@ async def stack(
     decodes: list[SimEngine],
     engines: list[Engine] | None = None,
     clock: Any = None,
+    revisions: dict[str, str] | None = None,
 ) -> AsyncIterator[Stack]:
     async for _ in serve_engines([*prefills, *decodes]):
         kwargs = {"clock": clock} if clock is not None else {}
         frontend = Frontend(config, **kwargs)
-        frontend.set_engines(engines if engines is not None else engines_for(prefills, decodes))
+        frontend.set_engines(engines if engines is not None else engines_for(prefills, decodes, revisions))
         await frontend.start()
         runner = web.AppRunner(frontend.app(admin=True), access_log=None)
         await runner.setup()
