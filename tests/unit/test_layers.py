@@ -14,8 +14,11 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "operator" / "disagg"
-LAYERS = ["api", "plan", "render", "scaling", "reconcile", "cli"]
+LAYERS = ["api", "plan", "render", "scaling", "frontend", "reconcile", "cli"]
 """Bottom to top: a module may import its own layer and the layers before it, never one after it."""
+LAYER_OF_MODULE = {"disagg.frontend.contract": "plan"}
+"""The frontend's pod contract (labels, annotations) is what the planner renders: it sits with the plan layer, so
+the planner may import it and it may import only api and plan."""
 PURE = [
     "api",
     "plan",
@@ -25,7 +28,17 @@ PURE = [
     "scaling/promtext",
     "scaling/window",
     "scaling/sources/base",
+    "frontend/contract",
+    "frontend/config",
+    "frontend/selection",
+    "frontend/flows",
+    "frontend/conversations",
+    "frontend/probe",
+    "frontend/moriio",
+    "frontend/sse",
 ]
+FRONTEND_SHELL = ["app", "client", "discovery", "metrics", "registry", "server"]
+"""The frontend's thin shell: HTTP server and client, the kr8s watch, the ZMQ listener, Prometheus, wiring."""
 PURE_EXCEPTIONS = {"prometheus_client.parser"}
 """The text-format parser is a pure function; the rest of prometheus_client holds registries and servers."""
 """The pure core: no clients, no network, no clock, no randomness, no environment, no processes."""
@@ -75,6 +88,8 @@ def _imports(path: Path) -> Iterator[str]:
 
 
 def _layer_of(module: str) -> str | None:
+    if module in LAYER_OF_MODULE:
+        return LAYER_OF_MODULE[module]
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[0] == "disagg" and parts[1] in LAYERS else None
 
@@ -107,6 +122,19 @@ def test_the_pure_core_does_no_io(part: str) -> None:
         if module.split(".")[0] in IMPURE_MODULES and module not in PURE_EXCEPTIONS
     ]
     assert offenders == []
+
+
+def test_the_frontend_pod_contract_imports_only_api_and_plan() -> None:
+    path = PACKAGE / "frontend" / "contract.py"
+    offenders = [m for m in _imports(path) if (layer := _layer_of(m)) is not None and layer not in ("api", "plan")]
+    assert offenders == []
+
+
+def test_every_frontend_module_is_either_pure_core_or_shell() -> None:
+    modules = {p.stem for p in (PACKAGE / "frontend").glob("*.py") if p.stem != "__init__"}
+    pure = {part.split("/")[1] for part in PURE if part.startswith("frontend/")}
+    assert modules == pure | set(FRONTEND_SHELL)
+    assert not pure & set(FRONTEND_SHELL)
 
 
 def test_the_contract_catches_a_violation(tmp_path: Path) -> None:

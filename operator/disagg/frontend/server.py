@@ -192,6 +192,7 @@ class Frontend:
         return web.json_response({"ready": ready, **self._summary()}, status=200 if ready else 503)
 
     def _summary(self) -> dict[str, Any]:
+        self._sync_store_metrics()
         return {
             "flow": self.config.flow,
             "render": self.config.render,

@@ -10,12 +10,12 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from e2e.pdsim import Fabric, SimEngine, serve_engines
 
 from disagg.frontend.app import static_engines
 from disagg.frontend.config import FrontendConfig
 from disagg.frontend.contract import Engine
 from disagg.frontend.server import Frontend
-from e2e.pdsim import Fabric, SimEngine, serve_engines
 
 
 def free_port() -> int:
@@ -32,7 +32,9 @@ class Stack:
     decodes: list[SimEngine]
     session: aiohttp.ClientSession
 
-    async def post(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+    async def post(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[int, Any, dict[str, str]]:
         async with self.session.post(self.url + path, json=body, headers=headers or {}) as r:
             raw = await r.read()
             try:
@@ -58,25 +60,34 @@ def sim_engines(
         if connector == "moriio":
             kw.update(moriio_handshake_port=free_port(), moriio_notify_port=free_port())
         return SimEngine(
-            fabric, role, connector, engine_id=f"{role}-{i}", side_channel_port=20000 + n, **kw  # type: ignore[arg-type]
+            fabric,
+            role,
+            connector,
+            engine_id=f"{role}-{i}",
+            side_channel_port=20000 + n,
+            **kw,  # type: ignore[arg-type]
         )
 
     return [make("prefill", i) for i in range(prefills)], [make("decode", i) for i in range(decodes)]
 
 
-def engines_for(prefills: list[SimEngine], decodes: list[SimEngine], revisions: dict[str, str] | None = None) -> list[Engine]:
+def engines_for(
+    prefills: list[SimEngine], decodes: list[SimEngine], revisions: dict[str, str] | None = None
+) -> list[Engine]:
     revisions = revisions or {}
     specs = []
     for role, sims in (("prefill", prefills), ("decode", decodes)):
         for sim in sims:
-            spec = f"http://127.0.0.1:{sim.http_port},engine-id={sim.engine_id},side-channel-port={sim.side_channel_port}"
-            spec += f",handshake-port={sim.moriio_handshake_port},notify-port={sim.moriio_notify_port},name={sim.engine_id}"
+            spec = (
+                f"http://127.0.0.1:{sim.http_port},engine-id={sim.engine_id},side-channel-port={sim.side_channel_port}"
+            )
+            spec += (
+                f",handshake-port={sim.moriio_handshake_port},notify-port={sim.moriio_notify_port},name={sim.engine_id}"
+            )
             if sim.engine_id in revisions:
                 spec += f",revision={revisions[sim.engine_id]}"
             specs.append((role, spec))
-    return static_engines(
-        tuple(s for r, s in specs if r == "prefill"), tuple(s for r, s in specs if r == "decode"), ()
-    )
+    return static_engines(tuple(s for r, s in specs if r == "prefill"), tuple(s for r, s in specs if r == "decode"), ())
 
 
 @contextlib.asynccontextmanager

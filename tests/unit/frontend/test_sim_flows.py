@@ -7,8 +7,8 @@ import json
 
 import aiohttp
 import pytest
-
 from e2e.pdsim import SimError, serve_engines
+
 from tests.unit.frontend.harness import config, free_port, sim_engines, stack
 
 PROMPT = " ".join(f"w{i}" for i in range(100))
@@ -97,7 +97,9 @@ async def test_bidirectional_second_turn_reads_the_history_back_from_decode() ->
         assert first[0] == 200 and len(s.frontend.store) == 1
         computed_before = by_source(prefills[0], "local_compute")
         history = PROMPT + "".join(first[1]["choices"][0]["text"])
-        second = await s.post("/v1/completions", {"prompt": history + " n1 n2", "max_tokens": 4, "conversation_id": "c1"})
+        second = await s.post(
+            "/v1/completions", {"prompt": history + " n1 n2", "max_tokens": 4, "conversation_id": "c1"}
+        )
         assert second[0] == 200
     turn2 = prefills[0].log[1]["kv_transfer_params"]
     assert turn2["remote_engine_id"] == "decode-0" and turn2["do_remote_decode"] is True
@@ -189,7 +191,10 @@ async def test_probe_reports_each_pair_and_is_not_user_traffic() -> None:
         status, report, _ = await s.post("/disagg/v1/probe", {"pairs": "all", "deadline_seconds": 5})
         text = await (await s.session.get(s.url + "/metrics")).text()
     assert status == 200 and report["ok"] is True
-    assert {(r["prefill"], r["decode"]) for r in report["results"]} == {("prefill-0", "decode-0"), ("prefill-0", "decode-1")}
+    assert {(r["prefill"], r["decode"]) for r in report["results"]} == {
+        ("prefill-0", "decode-0"),
+        ("prefill-0", "decode-1"),
+    }
     assert all(r["kv_transferred"] is True and r["kv_blocks_handed_off"] > 0 for r in report["results"])
     assert "disagg_frontend_requests_total{" not in text
     assert 'disagg_frontend_probes_total{result="ok"} 2.0' in text
@@ -203,10 +208,14 @@ async def test_probe_finds_a_broken_pair_and_drain_takes_it_out() -> None:
         _, report, _ = await s.post("/disagg/v1/probe", {"pairs": "all"})
         verdict = {r["decode"]: r["kv_transferred"] for r in report["results"]}
         assert verdict == {"decode-0": True, "decode-1": False}
-        status, _, _ = await s.post("/disagg/v1/drain", {"prefill": "prefill-0", "decode": "decode-1", "reason": "probe"})
+        status, _, _ = await s.post(
+            "/disagg/v1/drain", {"prefill": "prefill-0", "decode": "decode-1", "reason": "probe"}
+        )
         assert status == 200
-        served = {(await s.post("/v1/completions", {"prompt": "x", "max_tokens": 1}))[2]["X-Disagg-Decode"] for _ in range(4)}
-        pairs = (await s.session.get(s.url + "/disagg/v1/pairs"))
+        served = {
+            (await s.post("/v1/completions", {"prompt": "x", "max_tokens": 1}))[2]["X-Disagg-Decode"] for _ in range(4)
+        }
+        pairs = await s.session.get(s.url + "/disagg/v1/pairs")
         listing = await pairs.json()
     assert served == {"decode-0"}
     assert [p["drained"] for p in listing["pairs"]] == [False, True]

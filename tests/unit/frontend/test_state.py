@@ -143,8 +143,14 @@ def test_sse_parser_across_chunk_boundaries() -> None:
 
 def test_moriio_registration_payload() -> None:
     engine, mode = engine_from_registration(
-        {"type": "D", "http_address": "10.0.0.9:8000", "zmq_address": "host:10.0.0.9,handshake:6301,notify:61005",
-         "dp_size": 2, "tp_size": 8, "transfer_mode": "WRITE"}  # fmt: skip
+        {
+            "type": "D",
+            "http_address": "10.0.0.9:8000",
+            "zmq_address": "host:10.0.0.9,handshake:6301,notify:61005",
+            "dp_size": 2,
+            "tp_size": 8,
+            "transfer_mode": "WRITE",
+        }  # fmt: skip
     )
     assert mode == "WRITE" and engine.role == "decode" and engine.url == "http://10.0.0.9:8000"
     assert engine.moriio_zmq_address == "host:10.0.0.9,handshake:6301,notify:61005" and engine.dp_size == 2
@@ -155,7 +161,7 @@ def test_moriio_registration_payload() -> None:
 
 def test_probe_verdict_from_decode_counters() -> None:
     text = (
-        '# TYPE vllm:prompt_tokens_by_source counter\n'
+        "# TYPE vllm:prompt_tokens_by_source counter\n"
         'vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"} 40.0\n'
         'vllm:prompt_tokens_by_source_total{engine="0",source="local_compute"} 3.0\n'
     )
