@@ -206,9 +206,15 @@ class SimEngine:
         return await self._answer(request, api, internal, prompt, outcome, stream, body)
 
     async def _answer(
-        self, request: web.Request, api: str, rid: str, prompt: list[str], outcome: dict[str, Any], stream: bool,
+        self,
+        request: web.Request,
+        api: str,
+        rid: str,
+        prompt: list[str],
+        outcome: dict[str, Any],
+        stream: bool,
         body: dict[str, Any],
-    ) -> web.StreamResponse:  # fmt: skip
+    ) -> web.StreamResponse:
         tokens = outcome["tokens"]
         usage = {
             "prompt_tokens": len(prompt),

@@ -81,10 +81,29 @@ def sims(procs: Procs, connector: str, itl: float, bidirectional: bool = False) 
 
 def frontend(procs: Procs, flow: str, prefill: str, decode: str, *extra: str) -> tuple[str, int]:
     port = free_port()
-    proc = procs.start([sys.executable, "-m", "disagg", "frontend", "--discovery", "static", "--host", "127.0.0.1",
-                        "--port", str(port), "--admin-port", "0", "--flow", flow,
-                        "--prefill", f"{prefill},engine-id=prefill-0,side-channel-port=5600", "--decode", decode,
-                        *extra])  # fmt: skip
+    proc = procs.start(
+        [
+            sys.executable,
+            "-m",
+            "disagg",
+            "frontend",
+            "--discovery",
+            "static",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            "0",
+            "--flow",
+            flow,
+            "--prefill",
+            f"{prefill},engine-id=prefill-0,side-channel-port=5600",
+            "--decode",
+            decode,
+            *extra,
+        ]
+    )
     wait(f"http://127.0.0.1:{port}/health")
     return f"http://127.0.0.1:{port}", proc.pid
 
@@ -92,9 +111,26 @@ def frontend(procs: Procs, flow: str, prefill: str, decode: str, *extra: str) ->
 def router(procs: Procs, prefill: str, decode: str) -> str:
     python = subprocess.run([str(HERE / "env.sh")], check=True, capture_output=True, text=True).stdout.split()[-1]
     port = free_port()
-    procs.start([str(Path(python).parent / "vllm-router"), "--vllm-pd-disaggregation", "--prefill", prefill,
-                 "--decode", decode, "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-                 "--prometheus-port", str(free_port()), "--log-level", "error"])  # fmt: skip
+    procs.start(
+        [
+            str(Path(python).parent / "vllm-router"),
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            prefill,
+            "--decode",
+            decode,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--policy",
+            "round_robin",
+            "--prometheus-port",
+            str(free_port()),
+            "--log-level",
+            "error",
+        ]
+    )
     wait(f"http://127.0.0.1:{port}/health", timeout=120)
     return f"http://127.0.0.1:{port}"
 
@@ -121,8 +157,14 @@ async def direct_request(
     started = time.perf_counter()
     rid = os.urandom(16).hex()
     headers = {"X-Request-Id": rid}
-    kv = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None, "remote_block_ids": None,
-          "remote_host": None, "remote_port": None}  # fmt: skip
+    kv = {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    }
     p_body = {**body, "stream": False, "max_tokens": 1, "kv_transfer_params": kv}
     async with session.post(prefill + "/v1/completions", json=p_body, headers=headers) as r:
         returned = (await r.json())["kv_transfer_params"]
@@ -160,8 +202,13 @@ def pct(values: list[float], q: float) -> float:
 def summary(results: list[tuple[float, float]]) -> dict[str, float]:
     ttft = [r[0] for r in results]
     total = [r[1] for r in results]
-    return {"ttft_p50": pct(ttft, 0.5), "ttft_p99": pct(ttft, 0.99), "e2e_p50": pct(total, 0.5), "e2e_p99": pct(total, 0.99),
-            "e2e_mean": statistics.fmean(total)}  # fmt: skip
+    return {
+        "ttft_p50": pct(ttft, 0.5),
+        "ttft_p99": pct(ttft, 0.99),
+        "e2e_p50": pct(total, 0.5),
+        "e2e_p99": pct(total, 0.99),
+        "e2e_mean": statistics.fmean(total),
+    }
 
 
 def rss_kib(pid: int) -> int:
@@ -198,8 +245,9 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, url in (("frontend", fe), ("vllm-router", vr)) * args.rounds:
             await load(lambda s, u=url: one_request(s, u + "/v1/completions", body), args.concurrency, 200)
-            results, elapsed = await load(lambda s, u=url: one_request(s, u + "/v1/completions", body),
-                                          args.concurrency, args.throughput_requests)  # fmt: skip
+            results, elapsed = await load(
+                lambda s, u=url: one_request(s, u + "/v1/completions", body), args.concurrency, args.throughput_requests
+            )
             out.setdefault(name, []).append({"req_per_s": len(results) / elapsed, **summary(results)})
         return out
     finally:

@@ -18,10 +18,27 @@ async def main() -> None:
     connector, prefill_port, decode_port, itl = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     bidirectional = "--bidirectional" in sys.argv
     fabric = Fabric()
-    prefill = SimEngine(fabric, "prefill", connector, engine_id="prefill-0", side_channel_port=5600,  # type: ignore[arg-type]
-                        http_port=prefill_port, bidirectional=bidirectional, lease=600)  # fmt: skip
-    decode = SimEngine(fabric, "decode", connector, engine_id="decode-0", side_channel_port=5601,  # type: ignore[arg-type]
-                       http_port=decode_port, itl_seconds=itl, bidirectional=bidirectional, decoder_blocks_ttl=600)  # fmt: skip
+    prefill = SimEngine(
+        fabric,
+        "prefill",
+        connector,
+        engine_id="prefill-0",
+        side_channel_port=5600,  # type: ignore[arg-type]
+        http_port=prefill_port,
+        bidirectional=bidirectional,
+        lease=600,
+    )
+    decode = SimEngine(
+        fabric,
+        "decode",
+        connector,
+        engine_id="decode-0",
+        side_channel_port=5601,  # type: ignore[arg-type]
+        http_port=decode_port,
+        itl_seconds=itl,
+        bidirectional=bidirectional,
+        decoder_blocks_ttl=600,
+    )
     async for _ in serve_engines([prefill, decode]):
         print("ready", flush=True)
         while True:

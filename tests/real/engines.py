@@ -87,10 +87,9 @@ def wait_healthy(processes: list[Process], timeout: float = 900.0) -> None:
         for process in list(pending):
             if process.popen.poll() is not None:
                 raise RuntimeError(f"{process.name} exited with {process.popen.returncode}:\n{process.tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(process.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        pending.remove(process)
+            with contextlib.suppress(OSError), urllib.request.urlopen(process.url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    pending.remove(process)
         if time.monotonic() > deadline:
             raise RuntimeError(f"{[p.name for p in pending]} not healthy after {timeout:.0f} s:\n{pending[0].tail()}")
         time.sleep(2)
@@ -109,10 +108,23 @@ def engine(
 ) -> Process:
     port = free_port()
     argv = [
-        str(python.parent / "vllm"), "serve", str(model),
-        "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--port", str(port), "--host", "127.0.0.1",
-        "--max-model-len", "2048", "--enforce-eager", "--num-gpu-blocks-override", "512",
-    ]  # fmt: skip
+        str(python.parent / "vllm"),
+        "serve",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--load-format",
+        "dummy",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--num-gpu-blocks-override",
+        "512",
+    ]
     if kv_config is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_config)]
     argv += extra or []
@@ -126,15 +138,42 @@ def engine(
 
 def render_server(python: Path, model: Path, log_dir: Path) -> Process:
     port = free_port()
-    argv = [str(python.parent / "vllm"), "launch", "render", str(model), "--served-model-name", MODEL_NAME,
-            "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "2048"]  # fmt: skip
+    argv = [
+        str(python.parent / "vllm"),
+        "launch",
+        "render",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--max-model-len",
+        "2048",
+    ]
     return start("render", argv, {"PYTHONUNBUFFERED": "1"}, f"http://127.0.0.1:{port}", log_dir)
 
 
 def frontend(args: list[str], log_dir: Path) -> Process:
     port, admin = free_port(), free_port()
-    argv = [sys.executable, "-m", "disagg", "frontend", "--host", "127.0.0.1", "--port", str(port),
-            "--admin-port", str(admin), "--discovery", "static", "--model", MODEL_NAME, *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "disagg",
+        "frontend",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--admin-port",
+        str(admin),
+        "--discovery",
+        "static",
+        "--model",
+        MODEL_NAME,
+        *args,
+    ]
     process = start("frontend", argv, {}, f"http://127.0.0.1:{port}", log_dir)
     process.admin_url = f"http://127.0.0.1:{admin}"  # type: ignore[attr-defined]
     return process

@@ -62,19 +62,35 @@ def nixl(role: str, connector: str = "NixlConnector", engine_id: str | None = No
 
 
 def pair(
-    python: Path, model: Path, logs: Path, connector: str = "NixlConnector", prefill_extra: list[str] | None = None,
-    extra_config: dict[str, Any] | None = None, engine_ids: bool = False,
-) -> tuple[Process, Process, int]:  # fmt: skip
+    python: Path,
+    model: Path,
+    logs: Path,
+    connector: str = "NixlConnector",
+    prefill_extra: list[str] | None = None,
+    extra_config: dict[str, Any] | None = None,
+    engine_ids: bool = False,
+) -> tuple[Process, Process, int]:
     side = free_port()
     extra_config = extra_config or {}
     prefill = engine(
-        python, model, "prefill", logs, side_channel_port=side, core=0, extra=prefill_extra,
+        python,
+        model,
+        "prefill",
+        logs,
+        side_channel_port=side,
+        core=0,
+        extra=prefill_extra,
         kv_config=nixl("prefill", connector, "prefill-0" if engine_ids else None, **extra_config),
-    )  # fmt: skip
+    )
     decode = engine(
-        python, model, "decode", logs, side_channel_port=free_port(), core=1,
+        python,
+        model,
+        "decode",
+        logs,
+        side_channel_port=free_port(),
+        core=1,
         kv_config=nixl("decode", connector, "decode-0" if engine_ids else None, **extra_config),
-    )  # fmt: skip
+    )
     return prefill, decode, side
 
 
@@ -101,8 +117,10 @@ def test_pull_moves_the_prompt_over_nixl(python: Path, model: Path, logs: Path) 
     assert n == len(PROMPT_IDS)
     assert answer["choices"][0]["text"]
     dp, dd = delta(p1, p0), delta(d1, d0)
-    print(f"pull: prompt {n}; prefill computed {dp.get('local_compute')}; decode: external "
-          f"{dd.get('external_kv_transfer')}, computed {dd.get('local_compute')}")  # fmt: skip
+    print(
+        f"pull: prompt {n}; prefill computed {dp.get('local_compute')}; decode: external "
+        f"{dd.get('external_kv_transfer')}, computed {dd.get('local_compute')}"
+    )
     assert dp.get("local_compute") == n
     assert dd.get("external_kv_transfer") == n
     assert dd.get("local_compute", 0) == 0
@@ -114,9 +132,12 @@ def test_pull_moves_the_prompt_over_nixl(python: Path, model: Path, logs: Path) 
 def test_bidirectional_turn_two_reads_the_history_back(python: Path, model: Path, logs: Path) -> None:
     # Prefill keeps no prefix cache of its own, so whatever it does not compute on turn 2 came back from decode.
     prefill, decode, side = pair(
-        python, model, logs, prefill_extra=["--no-enable-prefix-caching"],
+        python,
+        model,
+        logs,
+        prefill_extra=["--no-enable-prefix-caching"],
         extra_config={"bidirectional_kv_xfer": True},
-    )  # fmt: skip
+    )
     with running(prefill, decode):
         fe = frontend(
             ["--flow", "bidirectional", "--prefill", f"{prefill.url},side-channel-port={side}", "--decode", decode.url],
@@ -136,8 +157,11 @@ def test_bidirectional_turn_two_reads_the_history_back(python: Path, model: Path
     turn = delta(after, before)
     plain = delta(after_control, after)
     computed = turn.get("local_compute", 0)
-    print(f"bidirectional: turn 2 prompt {n2}, new {len(new)}; prefill computed {computed}, read back "
-          f"{turn.get('external_kv_transfer')}; without a conversation id it computed {plain.get('local_compute')}")  # fmt: skip
+    read_back = turn.get("external_kv_transfer")
+    print(
+        f"bidirectional: turn 2 prompt {n2}, new {len(new)}; prefill computed {computed}, read back {read_back}; "
+        f"without a conversation id it computed {plain.get('local_compute')}"
+    )
     assert computed <= len(new) + BLOCK_SIZE
     assert turn.get("external_kv_transfer", 0) >= n2 - len(new) - BLOCK_SIZE
     assert plain.get("local_compute") == control["usage"]["prompt_tokens"]
@@ -146,23 +170,52 @@ def test_bidirectional_turn_two_reads_the_history_back(python: Path, model: Path
 def test_render_tier_serves_chat(python: Path, model: Path, logs: Path) -> None:
     side = free_port()
     render = render_server(python, model, logs)
-    prefill = engine(python, model, "prefill", logs, side_channel_port=side, core=0, kv_config=nixl("prefill"),
-                     extra=["--tokens-only"])  # fmt: skip
-    decode = engine(python, model, "decode", logs, side_channel_port=free_port(), core=1, kv_config=nixl("decode"),
-                    extra=["--tokens-only"])  # fmt: skip
+    prefill = engine(
+        python,
+        model,
+        "prefill",
+        logs,
+        side_channel_port=side,
+        core=0,
+        kv_config=nixl("prefill"),
+        extra=["--tokens-only"],
+    )
+    decode = engine(
+        python,
+        model,
+        "decode",
+        logs,
+        side_channel_port=free_port(),
+        core=1,
+        kv_config=nixl("decode"),
+        extra=["--tokens-only"],
+    )
     with running(render, prefill, decode):
         fe = frontend(
-            ["--flow", "pull", "--render", "--render-url", render.url,
-             "--prefill", f"{prefill.url},side-channel-port={side}", "--decode", decode.url],
+            [
+                "--flow",
+                "pull",
+                "--render",
+                "--render-url",
+                render.url,
+                "--prefill",
+                f"{prefill.url},side-channel-port={side}",
+                "--decode",
+                decode.url,
+            ],
             logs,
-        )  # fmt: skip
+        )
         with running(fe):
             d0 = tokens_by_source(decode.url)
-            chat = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "kari tomu sena " * 20}],
-                    "max_tokens": 8, "temperature": 0}  # fmt: skip
+            chat = {
+                "model": MODEL_NAME,
+                "messages": [{"role": "user", "content": "kari tomu sena " * 20}],
+                "max_tokens": 8,
+                "temperature": 0,
+            }
             answer = post(fe.url + "/v1/chat/completions", chat)
             d1 = tokens_by_source(decode.url)
-            status, headers, body = post_raw(fe.url + "/v1/chat/completions", {**chat, "stream": True})
+            status, _, body = post_raw(fe.url + "/v1/chat/completions", {**chat, "stream": True})
     print(f"render tier: {json.dumps(answer)[:300]}")
     assert answer["object"] == "chat.completion"
     assert answer["choices"][0]["message"]["content"]
@@ -176,15 +229,27 @@ def test_render_tier_serves_chat(python: Path, model: Path, logs: Path) -> None:
 
 def test_push_writes_the_prompt_into_decode(python: Path, model: Path, logs: Path) -> None:
     prefill, decode, side = pair(
-        python, model, logs, connector="NixlPushConnector", engine_ids=True,
+        python,
+        model,
+        logs,
+        connector="NixlPushConnector",
+        engine_ids=True,
         extra_config={"kv_lease_duration": 120},
-    )  # fmt: skip
+    )
     with running(prefill, decode):
         fe = frontend(
-            ["--flow", "push", "--prefill", f"{prefill.url},side-channel-port={side},engine-id=prefill-0",
-             "--decode", decode.url, "--request-timeout", "300"],
+            [
+                "--flow",
+                "push",
+                "--prefill",
+                f"{prefill.url},side-channel-port={side},engine-id=prefill-0",
+                "--decode",
+                decode.url,
+                "--request-timeout",
+                "300",
+            ],
             logs,
-        )  # fmt: skip
+        )
         with running(fe):
             # Warm-up: the first decode->prefill handshake builds descriptors for all of prefill's blocks, which
             # on a loaded 2-core machine can take tens of seconds (see flows-cpu.md); later pushes are fast.

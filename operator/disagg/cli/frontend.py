@@ -66,8 +66,12 @@ def _labels(values: tuple[str, ...], option: str) -> dict[str, str]:
     help="ZMQ address MoRI-IO engines register with (kv_connector_extra_config proxy_ip:proxy_ping_port).",
 )
 @click.option("--prefill-policy", type=click.Choice(POLICIES), default="round_robin", show_default=True)
-@click.option("--decode-policy", type=click.Choice(POLICIES), default=None, help="Default: consistent_hash for "
-              "bidirectional (conversations stay on one decode engine), else round_robin.")  # fmt: skip
+@click.option(
+    "--decode-policy",
+    type=click.Choice(POLICIES),
+    default=None,
+    help="Default: consistent_hash for bidirectional (conversations stay on one decode engine), else round_robin.",
+)
 @click.option(
     "--revision-policy",
     type=click.Choice(REVISION_POLICIES),
@@ -75,17 +79,32 @@ def _labels(values: tuple[str, ...], option: str) -> dict[str, str]:
     show_default=True,
     help="With two pairing revisions live: split by pair capacity, or send all to the newest complete one.",
 )
-@click.option("--conversation-ttl", type=click.FloatRange(1, 86400), default=450.0, show_default=True,
-              help="Seconds a conversation's decode KV params are kept (bidirectional).")  # fmt: skip
-@click.option("--decoder-blocks-ttl", type=click.FloatRange(1, 86400), default=480.0, show_default=True,
-              help="The engines' decoder_kv_blocks_ttl; --conversation-ttl must stay below it.")  # fmt: skip
+@click.option(
+    "--conversation-ttl",
+    type=click.FloatRange(1, 86400),
+    default=450.0,
+    show_default=True,
+    help="Seconds a conversation's decode KV params are kept (bidirectional).",
+)
+@click.option(
+    "--decoder-blocks-ttl",
+    type=click.FloatRange(1, 86400),
+    default=480.0,
+    show_default=True,
+    help="The engines' decoder_kv_blocks_ttl; --conversation-ttl must stay below it.",
+)
 @click.option("--max-conversations", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True)
 @click.option("--request-timeout", type=click.FloatRange(0.1, 86400), default=600.0, show_default=True)
 @click.option("--prefill-timeout", type=click.FloatRange(0.1, 86400), default=300.0, show_default=True)
 @click.option("--connect-timeout", type=click.FloatRange(0.01, 600), default=5.0, show_default=True)
 @click.option("--model", help="Served model name for /v1/models when no engine answers it.")
-@click.option("--drain-seconds", type=click.FloatRange(1, 86400), default=300.0, show_default=True,
-              help="Default lifetime of a pair drain.")  # fmt: skip
+@click.option(
+    "--drain-seconds",
+    type=click.FloatRange(1, 86400),
+    default=300.0,
+    show_default=True,
+    help="Default lifetime of a pair drain.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def frontend(**options: object) -> None:
     """Serve the OpenAI API for a prefill/decode deployment, driving the flow vllm-router cannot."""

@@ -105,8 +105,14 @@ async def serve(
             await admin.setup()
             await web.TCPSite(admin, host, admin_port, reuse_address=True).start()
             runners.append(admin)
-        log.info("frontend (%s%s) on %s:%d, admin on %s", frontend.config.flow,
-                 ", render tier" if frontend.config.render else "", host, port, admin_port or port)  # fmt: skip
+        log.info(
+            "frontend (%s%s) on %s:%d, admin on %s",
+            frontend.config.flow,
+            ", render tier" if frontend.config.render else "",
+            host,
+            port,
+            admin_port or port,
+        )
         await stop.wait()
     finally:
         for runner in runners:

@@ -58,7 +58,7 @@ class EngineClient:
     def _timeout(self, deadline: float) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(total=max(deadline, 0.001), sock_connect=self._connect_timeout)
 
-    async def post_json(self, leg: Leg, deadline: float) -> JsonReply:
+    async def post_json(self, leg: Leg, deadline: float, parse: bool = True) -> JsonReply:
         try:
             async with self.session.post(
                 leg.url, data=dumps(leg.body), headers=leg.headers, timeout=self._timeout(deadline)
@@ -69,10 +69,12 @@ class EngineClient:
             raise LegError("timeout", f"{leg.role} {leg.url} gave no answer within {deadline:.1f} s") from e
         except aiohttp.ClientConnectionError as e:
             raise LegError("connect", f"{leg.role} {leg.url}: {e}") from e
-        try:
-            data = json.loads(raw) if raw else None
-        except ValueError:
-            data = None
+        data = None
+        if parse and raw:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
         return JsonReply(response.status, data, raw, content_type)
 
     async def open(self, leg: Leg, deadline: float) -> aiohttp.ClientResponse:

@@ -286,9 +286,18 @@ def plan(
                 flow, pair, request_id, prefill, decode, True, decode_streams, False, None, transfer_id=nonce
             )
         return FlowPlan(
-            flow, pair, request_id, prefill, None, False, decode_streams, False, None, transfer_id=nonce,
+            flow,
+            pair,
+            request_id,
+            prefill,
+            None,
+            False,
+            decode_streams,
+            False,
+            None,
+            transfer_id=nonce,
             notes=("prefill engine id unknown: push runs prefill first and forwards its coordinates",),
-        )  # fmt: skip
+        )
     return FlowPlan(
         flow, pair, request_id, prefill, None, False, decode_streams, capture, conversation, readback=bool(readback)
     )

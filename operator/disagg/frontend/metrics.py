@@ -40,9 +40,11 @@ class Metrics:
         )
         self.inflight = Gauge("disagg_frontend_inflight_requests", "Client requests in flight.", ["role"], registry=r)
         self.engines = Gauge(
-            "disagg_frontend_engines", "Serving engines the frontend knows, by role and pairing revision.",
-            ["role", "revision"], registry=r,
-        )  # fmt: skip
+            "disagg_frontend_engines",
+            "Serving engines the frontend knows, by role and pairing revision.",
+            ["role", "revision"],
+            registry=r,
+        )
         self.kv_handoffs = Counter(
             "disagg_frontend_kv_handoffs",
             "Prefill-to-decode hand-offs: handed_off (prefill returned kv_transfer_params), missing (it returned "

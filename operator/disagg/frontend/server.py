@@ -426,7 +426,9 @@ class Frontend:
             return None
 
         if not leg.stream:
-            decode_call = asyncio.ensure_future(self.client.post_json(leg, deadline - self.clock()))
+            # The answer is passed through as bytes unless the frontend must read it (state, derender, SSE).
+            parse = plan.capture_decode_params or generate_request is not None or creq.stream
+            decode_call = asyncio.ensure_future(self.client.post_json(leg, deadline - self.clock(), parse))
             if prefill_task is not None:
                 waiters: list[asyncio.Future[Any]] = [decode_call, prefill_task]
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -679,9 +681,15 @@ class Frontend:
         except TimeoutError:
             self.metrics.probes.labels("timeout").inc()
             return ProbeResult(
-                pair.prefill.name, pair.decode.name, pair.revision, False, self.clock() - started, 0, None,
+                pair.prefill.name,
+                pair.decode.name,
+                pair.revision,
+                False,
+                self.clock() - started,
+                0,
+                None,
                 f"no answer within {deadline:g} s",
-            )  # fmt: skip
+            )
         latency = self.clock() - started
         after = await self._scrape(pair.decode, 5.0) if scrape and before is not None else None
         ok = result.status == 200

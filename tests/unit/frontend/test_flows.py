@@ -14,10 +14,31 @@ from disagg.frontend.flows import ClientError, parse_client_request, plan
 from disagg.frontend.selection import Pair
 
 NONCE = "0123456789abcdef0123456789abcdef"
-P = Engine("p", "prefill", "http://10.0.0.1:8000", "10.0.0.1", name="p", engine_id="prefill-engine",
-           side_channel_port=5600, tp_size=2, pp_size=1, moriio_handshake_port=6301, moriio_notify_port=61005)  # fmt: skip
-D = Engine("d", "decode", "http://10.0.0.2:8000", "10.0.0.2", name="d", engine_id="decode-engine",
-           side_channel_port=5601, tp_size=4, moriio_handshake_port=6302, moriio_notify_port=61006)  # fmt: skip
+P = Engine(
+    "p",
+    "prefill",
+    "http://10.0.0.1:8000",
+    "10.0.0.1",
+    name="p",
+    engine_id="prefill-engine",
+    side_channel_port=5600,
+    tp_size=2,
+    pp_size=1,
+    moriio_handshake_port=6301,
+    moriio_notify_port=61005,
+)
+D = Engine(
+    "d",
+    "decode",
+    "http://10.0.0.2:8000",
+    "10.0.0.2",
+    name="d",
+    engine_id="decode-engine",
+    side_channel_port=5601,
+    tp_size=4,
+    moriio_handshake_port=6302,
+    moriio_notify_port=61006,
+)
 PAIR = Pair(P, D)
 # vLLM's own patterns (moriio_common.py, nixl/utils.py), applied to ids the way the engines see them.
 PREFILL_ZMQ_RE = re.compile(r"___prefill_addr_(.+?)___decode_addr_")
@@ -246,9 +267,17 @@ def test_moriio_read_forwards_prefills_returned_params() -> None:
     req = request()
     p = plan("moriio-read", req, PAIR, NONCE)
     assert not p.concurrent
-    returned = {"kv_transfer_params": {"do_remote_prefill": True, "do_remote_decode": False,
-                "remote_block_ids": [[1, 2]], "remote_engine_id": "e", "transfer_id": f"tx-{NONCE}",
-                "remote_dp_rank": 0, "remote_dp_rank_override": True}}  # fmt: skip
+    returned = {
+        "kv_transfer_params": {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [[1, 2]],
+            "remote_engine_id": "e",
+            "transfer_id": f"tx-{NONCE}",
+            "remote_dp_rank": 0,
+            "remote_dp_rank_override": True,
+        }
+    }
     leg, handed = flows.decode_leg(p, req, returned)
     kv = leg.body["kv_transfer_params"]
     assert handed and kv["remote_block_ids"] == [[1, 2]] and kv["remote_engine_id"] == "e"
@@ -316,10 +345,14 @@ def test_hand_off_figures() -> None:
 def test_synthesized_stream_carries_the_whole_answer() -> None:
     events = flows.synthesize_stream(
         "chat",
-        {"id": "x", "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hey"},
-         "finish_reason": "stop"}], "usage": {"total_tokens": 3}},
+        {
+            "id": "x",
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}],
+            "usage": {"total_tokens": 3},
+        },
         include_usage=True,
-    )  # fmt: skip
+    )
     text = b"".join(events).decode()
     assert '"content":"hey"' in text and '"finish_reason":"stop"' in text and '"usage"' in text
     assert text.endswith("data: [DONE]\n\n")

@@ -12,8 +12,15 @@ from disagg.frontend.selection import NoPair, Pair, Selector
 
 
 def eng(role: EngineRole, i: int, revision: str = "", generation: int = 0) -> Engine:
-    return Engine(f"{role}-{i}-{revision}", role, f"http://{role}{i}", f"10.0.{i}.1", name=f"{role[0]}{i}{revision}",
-                  revision=revision, generation=generation)  # fmt: skip
+    return Engine(
+        f"{role}-{i}-{revision}",
+        role,
+        f"http://{role}{i}",
+        f"10.0.{i}.1",
+        name=f"{role[0]}{i}{revision}",
+        revision=revision,
+        generation=generation,
+    )
 
 
 def chosen(selector: Selector, now: float = 0.0, key: str | None = None, pin: Engine | None = None) -> Pair:
@@ -71,8 +78,15 @@ def test_an_incomplete_revision_serves_nothing() -> None:
 
 def test_newest_policy_prefers_the_newest_complete_revision() -> None:
     s = Selector(revision_policy="newest")
-    s.update([eng("prefill", 0, "old", 1), eng("decode", 0, "old", 1), eng("prefill", 1, "new", 2),
-              eng("decode", 1, "new", 2), eng("prefill", 2, "newer", 3)])  # fmt: skip
+    s.update(
+        [
+            eng("prefill", 0, "old", 1),
+            eng("decode", 0, "old", 1),
+            eng("prefill", 1, "new", 2),
+            eng("decode", 1, "new", 2),
+            eng("prefill", 2, "newer", 3),
+        ]
+    )
     assert {chosen(s).revision for _ in range(10)} == {"new"}
 
 
@@ -87,8 +101,14 @@ def test_capacity_policy_splits_by_pair_capacity_while_both_revisions_live() -> 
 
 def test_a_key_keeps_its_revision_during_a_rollout() -> None:
     s = Selector()
-    s.update([eng("prefill", 0, "old", 1), eng("decode", 0, "old", 1), eng("prefill", 1, "new", 2),
-              eng("decode", 1, "new", 2)])  # fmt: skip
+    s.update(
+        [
+            eng("prefill", 0, "old", 1),
+            eng("decode", 0, "old", 1),
+            eng("prefill", 1, "new", 2),
+            eng("decode", 1, "new", 2),
+        ]
+    )
     revisions = {chosen(s, key="user-7").revision for _ in range(10)}
     assert len(revisions) == 1
 

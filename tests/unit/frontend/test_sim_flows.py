@@ -61,12 +61,23 @@ async def test_push_with_mismatched_request_ids_never_completes() -> None:
     prefills, decodes = sim_engines("nixl-push", push_timeout=0.5)
     async for urls in serve_engines([*prefills, *decodes]):
         async with aiohttp.ClientSession() as session:
-            kv = {"do_remote_prefill": True, "remote_engine_id": "prefill-0", "remote_host": "127.0.0.1",
-                  "remote_port": prefills[0].side_channel_port, "tp_size": 1}  # fmt: skip
-            decode = session.post(urls[1] + "/v1/completions", json={"prompt": PROMPT, "kv_transfer_params": kv},
-                                  headers={"X-Request-Id": "a" * 32})  # fmt: skip
-            prefill = session.post(urls[0] + "/v1/completions", json={"prompt": PROMPT, "kv_transfer_params":
-                                   {"do_remote_decode": True}}, headers={"X-Request-Id": "b" * 32})  # fmt: skip
+            kv = {
+                "do_remote_prefill": True,
+                "remote_engine_id": "prefill-0",
+                "remote_host": "127.0.0.1",
+                "remote_port": prefills[0].side_channel_port,
+                "tp_size": 1,
+            }
+            decode = session.post(
+                urls[1] + "/v1/completions",
+                json={"prompt": PROMPT, "kv_transfer_params": kv},
+                headers={"X-Request-Id": "a" * 32},
+            )
+            prefill = session.post(
+                urls[0] + "/v1/completions",
+                json={"prompt": PROMPT, "kv_transfer_params": {"do_remote_decode": True}},
+                headers={"X-Request-Id": "b" * 32},
+            )
             d, p = await asyncio.gather(decode, prefill)
             assert p.status == 200 and d.status == 500
         break
@@ -112,8 +123,13 @@ async def test_bidirectional_second_turn_reads_the_history_back_from_decode() ->
 async def test_bidirectional_streams_to_the_client_from_a_non_streamed_decode() -> None:
     prefills, decodes = sim_engines("nixl", bidirectional=True)
     async with stack(config(flow="bidirectional"), prefills, decodes) as s:
-        body = {"prompt": PROMPT, "max_tokens": 3, "stream": True, "conversation_id": "c2",
-                "stream_options": {"include_usage": True}}  # fmt: skip
+        body = {
+            "prompt": PROMPT,
+            "max_tokens": 3,
+            "stream": True,
+            "conversation_id": "c2",
+            "stream_options": {"include_usage": True},
+        }
         status, raw, _ = await s.stream("/v1/completions", body)
         assert status == 200 and len(s.frontend.store) == 1
     text = raw.decode()

@@ -119,8 +119,11 @@ def test_annotations_round_trip_through_the_contract() -> None:
     p["metadata"]["annotations"] = engine_annotations(generation=7, engine_id="x", side_channel_port=5601, tp_size=4)
     engine = engine_from_pod(p, 8000)
     assert engine is not None and (engine.generation, engine.engine_id, engine.side_channel_port, engine.tp_size) == (
-        7, "x", 5601, 4,
-    )  # fmt: skip
+        7,
+        "x",
+        5601,
+        4,
+    )
 
 
 def test_static_engine_spec() -> None:
@@ -150,13 +153,20 @@ def test_moriio_registration_payload() -> None:
             "dp_size": 2,
             "tp_size": 8,
             "transfer_mode": "WRITE",
-        }  # fmt: skip
+        }
     )
     assert mode == "WRITE" and engine.role == "decode" and engine.url == "http://10.0.0.9:8000"
     assert engine.moriio_zmq_address == "host:10.0.0.9,handshake:6301,notify:61005" and engine.dp_size == 2
     with pytest.raises(ContractError, match="transfer_mode"):
-        engine_from_registration({"type": "P", "http_address": "h:1", "zmq_address": "host:h,handshake:1,notify:2",
-                                  "dp_size": 1, "tp_size": 1})  # fmt: skip
+        engine_from_registration(
+            {
+                "type": "P",
+                "http_address": "h:1",
+                "zmq_address": "host:h,handshake:1,notify:2",
+                "dp_size": 1,
+                "tp_size": 1,
+            }
+        )
 
 
 def test_probe_verdict_from_decode_counters() -> None:
