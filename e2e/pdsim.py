@@ -370,9 +370,17 @@ class SimEngine:
         return count if blocks else 0
 
     async def _push_receive(self, rid: str, n: int, params: dict[str, Any]) -> int:
-        for name in ("remote_engine_id", "remote_host", "remote_port", "tp_size"):
+        # push_scheduler reads the first four without .get; metadata.add_new_req_to_recv the rest.
+        for name in (
+            "remote_engine_id",
+            "remote_host",
+            "remote_port",
+            "tp_size",
+            "remote_block_ids",
+            "remote_request_id",
+        ):
             if name not in params:
-                raise SimError(500, f"KeyError: {name!r} (push registration)")
+                raise SimError(500, f"KeyError: {name!r} (push registration; EngineCore dies in vLLM)")
         peer = self.fabric.reach(params["remote_host"], params["remote_port"])
         if peer is None or peer.engine_id != params["remote_engine_id"]:
             self.count("vllm:nixl_num_failed_notifications")

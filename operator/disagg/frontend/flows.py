@@ -222,14 +222,29 @@ def _headers(request_id: str, extra: Mapping[str, str] | None = None) -> dict[st
     return headers
 
 
-def push_coordinates(prefill: Engine) -> dict[str, Any] | None:
-    """The prefill coordinates a push decode registers with, or None when the engine id is unknown."""
+ENGINE_ID_PREFIX: dict[ApiKind, str] = {"completions": "cmpl-", "chat": "chatcmpl-", "generate": "generate-tokens-"}
+"""How vLLM's OpenAI and generate servers turn X-Request-Id into the engine's request id (before its suffix)."""
+
+
+def engine_request_id(api: ApiKind, request_id: str) -> str:
+    """The engine-side id of a request, without the `-<8 hex>` vLLM appends (`assign_request_id`)."""
+    return ENGINE_ID_PREFIX[api] + request_id + ("-0" if api == "completions" else "")
+
+
+def push_coordinates(prefill: Engine, api: ApiKind, request_id: str) -> dict[str, Any] | None:
+    """The prefill coordinates a push decode registers with, or None when the engine id is unknown.
+
+    `remote_request_id` is required: decode's `add_new_req_to_recv` reads it without a default (a KeyError kills
+    the engine core). Prefill's real id carries a random suffix no one knows before it runs, so this is the id
+    without it: decode's lease heartbeats (exact match) then extend nothing, and prefill's `kv_lease_duration`
+    alone must cover the push."""
     if not prefill.engine_id:
         return None
     return {
         "do_remote_prefill": True,
         "do_remote_decode": False,
         "remote_engine_id": prefill.engine_id,
+        "remote_request_id": engine_request_id(api, request_id),
         "remote_host": prefill.host,
         "remote_port": prefill.side_channel_port,
         "tp_size": prefill.tp_size,
@@ -271,7 +286,7 @@ def plan(
     capture = conversation is not None
     decode_streams = client_stream and not capture
     if flow == "push":
-        coordinates = push_coordinates(pair.prefill)
+        coordinates = push_coordinates(pair.prefill, api, request_id)
         if coordinates is not None:
             coordinates["transfer_id"] = nonce
             decode = Leg(

@@ -171,6 +171,8 @@ def test_push_dispatches_both_legs_with_prefill_coordinates() -> None:
     assert kv["remote_port"] == 5600
     assert kv["tp_size"] == 2
     assert kv["pp_size"] == 1
+    # metadata.add_new_req_to_recv reads these without a default too (a KeyError kills decode's engine core).
+    assert kv["remote_block_ids"] is None and kv["remote_request_id"] == f"cmpl-{NONCE}-0"
     assert kv["do_remote_prefill"] is True and kv["do_remote_decode"] is False
     assert p.prefill.body["kv_transfer_params"]["do_remote_decode"] is True
     assert p.prefill.headers["X-Request-Id"] == p.decode.headers["X-Request-Id"] == NONCE

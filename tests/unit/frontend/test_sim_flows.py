@@ -67,6 +67,8 @@ async def test_push_with_mismatched_request_ids_never_completes() -> None:
                 "remote_host": "127.0.0.1",
                 "remote_port": prefills[0].side_channel_port,
                 "tp_size": 1,
+                "remote_block_ids": None,
+                "remote_request_id": "cmpl-" + "a" * 32 + "-0",
             }
             decode = session.post(
                 urls[1] + "/v1/completions",
@@ -80,6 +82,7 @@ async def test_push_with_mismatched_request_ids_never_completes() -> None:
             )
             d, p = await asyncio.gather(decode, prefill)
             assert p.status == 200 and d.status == 500
+            assert "timed out without a push completion" in await d.text()
         break
 
 
