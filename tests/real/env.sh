@@ -3,8 +3,8 @@
 # nixl 1.5.1, and print its python path on the last line of stdout (progress goes to stderr):
 #   PY="$(tests/real/env.sh | tail -n1)"
 #
-# The venv lives outside the repo (about 6-7 GB) and is rebuilt only when the lock file changes: its marker holds
-# the lock's sha256 and the sitecustomize's, so editing either forces a rebuild.
+# The venv lives outside the repo (about 6.4 GB) and is rebuilt only when its inputs change: its marker holds the
+# sha256 of the lock file, the sitecustomize and this script, so editing any of them forces a rebuild.
 #
 # It carries a sitecustomize that asks the kernel for AMX tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, 18)) at
 # interpreter start. vLLM CPU's bf16 attention kernel uses AMX on processors that have it, and a decode-only engine
