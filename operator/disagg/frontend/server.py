@@ -428,8 +428,10 @@ class Frontend:
         if not leg.stream:
             # The answer is passed through as bytes unless the frontend must read it (state, derender, SSE).
             parse = plan.capture_decode_params or generate_request is not None or creq.stream
-            decode_call = asyncio.ensure_future(self.client.post_json(leg, deadline - self.clock(), parse))
+            call = self.client.post_json(leg, deadline - self.clock(), parse)
+            decode_call: asyncio.Future[JsonReply] | Awaitable[JsonReply] = call
             if prefill_task is not None:
+                decode_call = asyncio.ensure_future(call)
                 waiters: list[asyncio.Future[Any]] = [decode_call, prefill_task]
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
                 if prefill_task.done() and (failed := await prefill_failure()) is not None:

@@ -155,6 +155,10 @@ async def test_moriio_flows_against_the_connector_protocol(mode: str) -> None:
     flow = "moriio-write" if mode == "WRITE" else "moriio-read"
     async with stack(config(flow=flow), prefills, decodes) as s:
         status, data, _ = await s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 3})
+        for _ in range(100):  # read mode's release notification travels after decode has answered
+            if any("notify" in entry for entry in prefills[0].log):
+                break
+            await asyncio.sleep(0.01)
     assert status == 200, data
     expected = 100 if mode == "WRITE" else 99  # READ mode recomputes the last prompt token on decode
     assert by_source(decodes[0], "external_kv_transfer") == expected
