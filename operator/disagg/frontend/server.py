@@ -17,11 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from . import flows
-from .client import EngineClient, JsonReply, LegError, dumps
+from .client import EngineClient, JsonReply, LegError, StreamReply, dumps
 from .config import FrontendConfig
 from .contract import Engine
 from .conversations import ConversationStore
@@ -493,7 +492,7 @@ class Frontend:
             self.metrics.leg_errors.labels("decode", labels, "status").inc()
             if prefill_task is not None and (failed := await prefill_failure()) is not None:
                 return failed
-            return Result(upstream.status, upstream.headers.get("Content-Type", JSON), headers, raw)
+            return Result(upstream.status, upstream.content_type, headers, raw)
         chunks: AsyncIterator[bytes] = _guarded(upstream, prefill_task, self._prefill_error_event(prefill_failure))
         if generate_request is not None:
             chunks = self._derender_stream(creq, generate_request, chunks, deadline)
@@ -513,7 +512,7 @@ class Frontend:
                     prefill_task.cancel()
 
         return Result(
-            200, upstream.headers.get("Content-Type", "text/event-stream"), headers, stream=chunks, finish=finish
+            200, upstream.headers.get("content-type", "text/event-stream"), headers, stream=chunks, finish=finish
         )
 
     def _prefill_error_event(
@@ -736,12 +735,12 @@ async def _iterate(events: list[bytes]) -> AsyncIterator[bytes]:
 
 
 async def _guarded(
-    upstream: aiohttp.ClientResponse,
+    upstream: StreamReply,
     prefill_task: asyncio.Future[Any] | None,
     prefill_error: Callable[[], Awaitable[bytes | None]],
 ) -> AsyncIterator[bytes]:
     """Decode's body, cut short with an error event if a concurrent prefill fails before decode finishes."""
-    iterator = upstream.content.iter_any().__aiter__()
+    iterator = upstream.iter_any().__aiter__()
     checked = prefill_task is None
     while True:
         if not checked and prefill_task is not None and not prefill_task.done():
