@@ -211,6 +211,34 @@ def summary(results: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
+def added_buckets(url: str) -> dict[float, float]:
+    """Cumulative bucket counts of disagg_frontend_added_latency_seconds (upper bound -> count)."""
+    with urllib.request.urlopen(url + "/metrics") as r:
+        text = r.read().decode()
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("disagg_frontend_added_latency_seconds_bucket"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """histogram_quantile over the difference of two scrapes: linear inside the bucket, as Prometheus does."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1]
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = bound, count
+    return lower
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -228,8 +256,11 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for round_ in range(args.rounds):
             direct, _ = await load(lambda s: direct_request(s, prefill, decode, body), args.concurrency, args.requests)
+            before = added_buckets(fe)
             via, _ = await load(lambda s: one_request(s, fe + "/v1/completions", body), args.concurrency, args.requests)
-            out[f"round{round_}"] = {"direct": summary(direct), "frontend": summary(via)}
+            after = added_buckets(fe)
+            added = {f"p{int(q * 100)}": bucket_quantile(before, after, q) for q in (0.5, 0.9, 0.99)}
+            out[f"round{round_}"] = {"direct": summary(direct), "frontend": summary(via), "frontend_added": added}
         return out
     finally:
         procs.stop()

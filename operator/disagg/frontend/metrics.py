@@ -25,6 +25,35 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.added_seconds = Histogram(
+            "disagg_frontend_added_latency_seconds",
+            "The frontend's own share of a request's time to first byte: arrival to first byte sent, minus the "
+            "time spent waiting on engines (render, prefill, decode to its first chunk).",
+            ["flow"],
+            buckets=(
+                0.0001,
+                0.0002,
+                0.0003,
+                0.0004,
+                0.0005,
+                0.0006,
+                0.0008,
+                0.001,
+                0.0015,
+                0.002,
+                0.003,
+                0.004,
+                0.005,
+                0.0075,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                1,
+            ),
+            registry=r,
+        )
         self.leg_seconds = Histogram(
             "disagg_frontend_leg_duration_seconds",
             "Engine leg time (prefill: whole response; decode: to the response headers; render/derender: whole).",

@@ -143,31 +143,44 @@ class Frontend:
                     result = _error(e.status, str(e))
                 else:
                     result = await self.serve(creq, started)
-            return await self._write(request, result)
+            return await self._write(request, result, started)
         finally:
             self.metrics.inflight.labels("client").dec()
             if result is not None:
                 self.metrics.requests.labels(flow, api, str(result.status)).inc()
                 self.metrics.request_seconds.labels(flow, api).observe(self.clock() - started)
 
-    async def _write(self, request: web.Request, result: Result) -> web.StreamResponse:
+    async def _write(self, request: web.Request, result: Result, started: float) -> web.StreamResponse:
         headers = {"Content-Type": result.content_type, **result.headers}
         completed = False
         try:
             if result.stream is None:
                 response = web.Response(status=result.status, body=result.body or b"", headers=headers)
+                self._observe_added(result, started)
                 completed = True
                 return response
             stream_response = web.StreamResponse(status=result.status, headers=headers)
             await stream_response.prepare(request)
+            first = True
             async for chunk in result.stream:
                 await stream_response.write(chunk)
+                if first:
+                    first = False
+                    self._observe_added(result, started)
             await stream_response.write_eof()
             completed = True
             return stream_response
         finally:
             if result.finish is not None:
                 await result.finish(completed)
+
+    def _observe_added(self, result: Result, started: float) -> None:
+        """The frontend's own share of the time to the first byte: everything but the engines' answers."""
+        timing = result.info.get("timing")
+        if result.status != 200 or not isinstance(timing, dict):
+            return
+        engines = sum(timing.values())
+        self.metrics.added_seconds.labels(self.config.flow).observe(max(self.clock() - started - engines, 0.0))
 
     async def _models(self, request: web.Request) -> web.Response:
         for role in ("render", "decode", "prefill"):
@@ -258,12 +271,16 @@ class Frontend:
             "X-Disagg-Decode": pair.decode.name,
             "X-Disagg-Pairing-Revision": pair.revision,
         }
+        timing: dict[str, float] = {}
+        """Seconds spent waiting on engines before the first byte, per leg (the rest is the frontend's)."""
         try:
             api: ApiKind = creq.api
             body: dict[str, Any] | None = None
             generate_request: dict[str, Any] | None = None
             if self.config.render:
+                t_render = self.clock()
                 rendered = await self._render(creq, deadline)
+                timing["render"] = self.clock() - t_render
                 if isinstance(rendered, Result):
                     release()
                     return rendered
@@ -272,9 +289,12 @@ class Frontend:
             plan = flows.plan(flow, creq, pair, self.nonce(), body=body, api=api, readback=readback_params)
             headers["X-Request-Id"] = plan.request_id
             if plan.concurrent:
-                result = await self._concurrent(plan, creq, labels, deadline, headers, generate_request)
+                result = await self._concurrent(plan, creq, labels, deadline, headers, generate_request, timing)
             else:
-                result = await self._sequential(plan, creq, labels, deadline, headers, generate_request, body, api)
+                result = await self._sequential(
+                    plan, creq, labels, deadline, headers, generate_request, body, api, timing
+                )
+            result.info["timing"] = timing
         except BaseException:
             release()
             raise
@@ -345,8 +365,11 @@ class Frontend:
         generate_request: dict[str, Any] | None,
         body: dict[str, Any] | None,
         api: ApiKind,
+        timing: dict[str, float],
     ) -> Result:
+        t_prefill = self.clock()
         prefill = await self._prefill(plan, labels, deadline)
+        timing["prefill"] = self.clock() - t_prefill
         if isinstance(prefill, Result):
             prefill.headers.update(headers)
             return prefill
@@ -361,7 +384,7 @@ class Frontend:
             "prompt_tokens": flows.prompt_tokens(prefill.data),
             "concurrent": False,
         }
-        result = await self._decode(plan, creq, leg, labels, deadline, headers, generate_request, None)
+        result = await self._decode(plan, creq, leg, labels, deadline, headers, generate_request, None, timing)
         result.info.update(info)
         return result
 
@@ -373,6 +396,7 @@ class Frontend:
         deadline: float,
         headers: dict[str, str],
         generate_request: dict[str, Any] | None,
+        timing: dict[str, float],
     ) -> Result:
         assert plan.decode is not None
         decode_leg = plan.decode
@@ -390,7 +414,9 @@ class Frontend:
             )
         self.metrics.kv_handoffs.labels(labels, "concurrent").inc()
         prefill_task = asyncio.ensure_future(self._prefill(plan, labels, deadline))
-        return await self._decode(plan, creq, decode_leg, labels, deadline, headers, generate_request, prefill_task)
+        return await self._decode(
+            plan, creq, decode_leg, labels, deadline, headers, generate_request, prefill_task, timing
+        )
 
     async def _decode(
         self,
@@ -402,6 +428,7 @@ class Frontend:
         headers: dict[str, str],
         generate_request: dict[str, Any] | None,
         prefill_task: asyncio.Future[JsonReply | Result] | None,
+        timing: dict[str, float],
     ) -> Result:
         t0 = self.clock()
 
@@ -447,7 +474,8 @@ class Frontend:
                 return _error(502 if e.reason == "connect" else 504, f"decode failed: {e}", "upstream_error")
             if prefill_task is not None and (failed := await prefill_failure()) is not None:
                 return failed
-            self.metrics.leg_seconds.labels("decode", labels).observe(self.clock() - t0)
+            timing["decode"] = self.clock() - t0
+            self.metrics.leg_seconds.labels("decode", labels).observe(timing["decode"])
             if reply.status != 200:
                 self.metrics.leg_errors.labels("decode", labels, "status").inc()
                 return _reply(reply, headers)
@@ -457,7 +485,9 @@ class Frontend:
                     self.store.put(plan.conversation_id, params, plan.pair.decode.key, self.clock())
             data = reply.data
             if generate_request is not None:
+                t_derender = self.clock()
                 derendered = await self._derender(creq, generate_request, data, deadline)
+                timing["derender"] = self.clock() - t_derender
                 if isinstance(derendered, Result):
                     derendered.headers.update(headers)
                     return derendered
@@ -493,7 +523,9 @@ class Frontend:
             if prefill_task is not None and (failed := await prefill_failure()) is not None:
                 return failed
             return Result(upstream.status, upstream.content_type, headers, raw)
-        chunks: AsyncIterator[bytes] = _guarded(upstream, prefill_task, self._prefill_error_event(prefill_failure))
+        chunks: AsyncIterator[bytes] = _first_chunk_timed(
+            _guarded(upstream, prefill_task, self._prefill_error_event(prefill_failure)), timing, t0, self.clock
+        )
         if generate_request is not None:
             chunks = self._derender_stream(creq, generate_request, chunks, deadline)
 
@@ -727,6 +759,18 @@ class Frontend:
         found = self.selector.undrain(pair.prefill.key, pair.decode.key)
         self.metrics.drained_pairs.set(sum(1 for info in self.selector.pairs(self.clock()) if info.drained))
         return web.json_response({"undrained": pair.label, "was_drained": found})
+
+
+async def _first_chunk_timed(
+    chunks: AsyncIterator[bytes], timing: dict[str, float], sent: float, clock: Callable[[], float]
+) -> AsyncIterator[bytes]:
+    """Decode's body, noting how long decode took to its first chunk (engine time, not the frontend's)."""
+    first = True
+    async for chunk in chunks:
+        if first:
+            first = False
+            timing["decode"] = clock() - sent
+        yield chunk
 
 
 async def _iterate(events: list[bytes]) -> AsyncIterator[bytes]:
