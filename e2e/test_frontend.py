@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.unit.frontend.harness import free_port
 
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.pdsim import Fabric, SimEngine, serve_engines
-from tests.unit.frontend.harness import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -130,7 +130,7 @@ async def test_frontend_discovers_pods_and_never_pairs_across_revisions(
 
             async def until(what: str, probe: Any, timeout: float = 60) -> None:
                 deadline = time.monotonic() + timeout
-                while not await loop.run_in_executor(None, probe):
+                while not await asyncio.get_running_loop().run_in_executor(None, probe):
                     if time.monotonic() > deadline:
                         raise TimeoutError(what)
                     await asyncio.sleep(0.5)
