@@ -3,6 +3,8 @@ shows up as user traffic (and an autoscaler reading these never sees it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -11,6 +13,7 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
             "disagg_frontend_requests",
@@ -117,6 +120,14 @@ class Metrics:
         self.probe_seconds = Histogram(
             "disagg_frontend_probe_duration_seconds", "Pair probe latency.", buckets=_LATENCY_BUCKETS, registry=r
         )
+
+    def at(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, remembered: the lookup is a lock and a tuple build on every request."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -85,7 +85,7 @@ class Frontend:
         for engine in engines:
             counts[(engine.role, engine.revision)] = counts.get((engine.role, engine.revision), 0) + 1
         for (role, revision), count in counts.items():
-            self.metrics.engines.labels(role, revision).set(count)
+            self.metrics.engines.labels(role, revision).set(count)  # not cached: clear() above drops children
 
     # ---- application ------------------------------------------------------------------------------------------
     def app(self, admin: bool) -> web.Application:
@@ -129,7 +129,7 @@ class Frontend:
     async def _handle(self, request: web.Request, api: ApiKind) -> web.StreamResponse:
         started = self.clock()
         flow = self.config.flow
-        self.metrics.inflight.labels("client").inc()
+        self.metrics.at(self.metrics.inflight, "client").inc()
         result: Result | None = None
         try:
             try:
@@ -145,10 +145,10 @@ class Frontend:
                     result = await self.serve(creq, started)
             return await self._write(request, result, started)
         finally:
-            self.metrics.inflight.labels("client").dec()
+            self.metrics.at(self.metrics.inflight, "client").dec()
             if result is not None:
-                self.metrics.requests.labels(flow, api, str(result.status)).inc()
-                self.metrics.request_seconds.labels(flow, api).observe(self.clock() - started)
+                self.metrics.at(self.metrics.requests, flow, api, str(result.status)).inc()
+                self.metrics.at(self.metrics.request_seconds, flow, api).observe(self.clock() - started)
 
     async def _write(self, request: web.Request, result: Result, started: float) -> web.StreamResponse:
         headers = {"Content-Type": result.content_type, **result.headers}
@@ -180,7 +180,9 @@ class Frontend:
         if result.status != 200 or not isinstance(timing, dict):
             return
         engines = sum(timing.values())
-        self.metrics.added_seconds.labels(self.config.flow).observe(max(self.clock() - started - engines, 0.0))
+        self.metrics.at(self.metrics.added_seconds, self.config.flow).observe(
+            max(self.clock() - started - engines, 0.0)
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
         for role in ("render", "decode", "prefill"):
@@ -221,10 +223,10 @@ class Frontend:
         self.store.expire(self.clock())
         self.metrics.conversations.set(len(self.store))
         if self.store.expired > self._expired_seen:
-            self.metrics.conversation_evictions.labels("expired").inc(self.store.expired - self._expired_seen)
+            self.metrics.at(self.metrics.conversation_evictions, "expired").inc(self.store.expired - self._expired_seen)
             self._expired_seen = self.store.expired
         if self.store.evicted > self._evicted_seen:
-            self.metrics.conversation_evictions.labels("evicted").inc(self.store.evicted - self._evicted_seen)
+            self.metrics.at(self.metrics.conversation_evictions, "evicted").inc(self.store.evicted - self._evicted_seen)
             self._evicted_seen = self.store.evicted
 
     # ---- serving one request ----------------------------------------------------------------------------------
@@ -251,11 +253,11 @@ class Frontend:
             holder = pin or self.selector.find_decode(engine_id=readback.decode_engine_id, host=readback.decode_host)
             if holder is not None and holder.revision == pair.prefill.revision:
                 readback_params = readback.params
-                self.metrics.readbacks.labels("hit").inc()
+                self.metrics.at(self.metrics.readbacks, "hit").inc()
             else:
-                self.metrics.readbacks.labels("lost").inc()
+                self.metrics.at(self.metrics.readbacks, "lost").inc()
         elif flow == "bidirectional" and creq.conversation_id and not probe:
-            self.metrics.readbacks.labels("miss").inc()
+            self.metrics.at(self.metrics.readbacks, "miss").inc()
         self.selector.acquire(pair.prefill, pair.decode)
         released = False
 
@@ -322,11 +324,11 @@ class Frontend:
         try:
             reply = await self.client.post_json(leg, deadline - self.clock())
         except LegError as e:
-            self.metrics.leg_errors.labels("render", self.config.flow, e.reason).inc()
+            self.metrics.at(self.metrics.leg_errors, "render", self.config.flow, e.reason).inc()
             return _error(502 if e.reason == "connect" else 504, str(e), "upstream_error")
-        self.metrics.leg_seconds.labels("render", self.config.flow).observe(self.clock() - t0)
+        self.metrics.at(self.metrics.leg_seconds, "render", self.config.flow).observe(self.clock() - t0)
         if reply.status != 200:
-            self.metrics.leg_errors.labels("render", self.config.flow, "status").inc()
+            self.metrics.at(self.metrics.leg_errors, "render", self.config.flow, "status").inc()
             return _reply(reply, {})
         try:
             return flows.rendered_generate_request(creq.api, reply.data)
@@ -339,21 +341,21 @@ class Frontend:
         try:
             reply = await self.client.post_json(plan.prefill, budget)
         except LegError as e:
-            self.metrics.leg_errors.labels("prefill", labels, e.reason).inc()
+            self.metrics.at(self.metrics.leg_errors, "prefill", labels, e.reason).inc()
             return _error(502 if e.reason == "connect" else 504, f"prefill failed: {e}", "upstream_error")
-        self.metrics.leg_seconds.labels("prefill", labels).observe(self.clock() - t0)
+        self.metrics.at(self.metrics.leg_seconds, "prefill", labels).observe(self.clock() - t0)
         if reply.status != 200:
-            self.metrics.leg_errors.labels("prefill", labels, "status").inc()
+            self.metrics.at(self.metrics.leg_errors, "prefill", labels, "status").inc()
             return _reply(reply, {})
         return reply
 
     def _account_prefill(self, labels: str, reply: JsonReply) -> None:
         prompt = flows.prompt_tokens(reply.data)
         if prompt:
-            self.metrics.prompt_tokens.labels(labels).inc(prompt)
+            self.metrics.at(self.metrics.prompt_tokens, labels).inc(prompt)
         cached = flows.prefill_cached_tokens(reply.data)
         if cached:
-            self.metrics.prefill_cached_tokens.labels(labels).inc(cached)
+            self.metrics.at(self.metrics.prefill_cached_tokens, labels).inc(cached)
 
     async def _sequential(
         self,
@@ -377,7 +379,7 @@ class Frontend:
         if generate_request is not None and plan.decode_streams:
             body = flows.generate_stream_body(generate_request, True)
         leg, handed = flows.decode_leg(plan, creq, prefill.data, body=body, api=api)
-        self.metrics.kv_handoffs.labels(labels, "handed_off" if handed else "missing").inc()
+        self.metrics.at(self.metrics.kv_handoffs, labels, "handed_off" if handed else "missing").inc()
         info = {
             "kv_blocks_handed_off": flows.kv_handed_off(prefill.data),
             "prefill_cached_tokens": flows.prefill_cached_tokens(prefill.data),
@@ -412,7 +414,7 @@ class Frontend:
                 },
                 True,
             )
-        self.metrics.kv_handoffs.labels(labels, "concurrent").inc()
+        self.metrics.at(self.metrics.kv_handoffs, labels, "concurrent").inc()
         prefill_task = asyncio.ensure_future(self._prefill(plan, labels, deadline))
         return await self._decode(
             plan, creq, decode_leg, labels, deadline, headers, generate_request, prefill_task, timing
@@ -468,16 +470,16 @@ class Frontend:
             try:
                 reply = await decode_call
             except LegError as e:
-                self.metrics.leg_errors.labels("decode", labels, e.reason).inc()
+                self.metrics.at(self.metrics.leg_errors, "decode", labels, e.reason).inc()
                 if prefill_task is not None and not prefill_task.done():
                     prefill_task.cancel()
                 return _error(502 if e.reason == "connect" else 504, f"decode failed: {e}", "upstream_error")
             if prefill_task is not None and (failed := await prefill_failure()) is not None:
                 return failed
             timing["decode"] = self.clock() - t0
-            self.metrics.leg_seconds.labels("decode", labels).observe(timing["decode"])
+            self.metrics.at(self.metrics.leg_seconds, "decode", labels).observe(timing["decode"])
             if reply.status != 200:
-                self.metrics.leg_errors.labels("decode", labels, "status").inc()
+                self.metrics.at(self.metrics.leg_errors, "decode", labels, "status").inc()
                 return _reply(reply, headers)
             if plan.capture_decode_params and plan.conversation_id:
                 params = flows.returned_kv_params(reply.data)
@@ -511,15 +513,15 @@ class Frontend:
         try:
             upstream = await opened
         except LegError as e:
-            self.metrics.leg_errors.labels("decode", labels, e.reason).inc()
+            self.metrics.at(self.metrics.leg_errors, "decode", labels, e.reason).inc()
             if prefill_task is not None and not prefill_task.done():
                 prefill_task.cancel()
             return _error(502 if e.reason == "connect" else 504, f"decode failed: {e}", "upstream_error")
-        self.metrics.leg_seconds.labels("decode", labels).observe(self.clock() - t0)
+        self.metrics.at(self.metrics.leg_seconds, "decode", labels).observe(self.clock() - t0)
         if upstream.status != 200:
             raw = await upstream.read()
             upstream.release()
-            self.metrics.leg_errors.labels("decode", labels, "status").inc()
+            self.metrics.at(self.metrics.leg_errors, "decode", labels, "status").inc()
             if prefill_task is not None and (failed := await prefill_failure()) is not None:
                 return failed
             return Result(upstream.status, upstream.content_type, headers, raw)
@@ -531,7 +533,7 @@ class Frontend:
 
         async def finish(completed: bool) -> None:
             if not completed:
-                self.metrics.leg_errors.labels("decode", labels, "aborted").inc()
+                self.metrics.at(self.metrics.leg_errors, "decode", labels, "aborted").inc()
             upstream.close()
             if prefill_task is not None and not prefill_task.done():
                 if completed:
@@ -571,11 +573,11 @@ class Frontend:
         try:
             reply = await self.client.post_json(leg, deadline - self.clock())
         except LegError as e:
-            self.metrics.leg_errors.labels("derender", self.config.flow, e.reason).inc()
+            self.metrics.at(self.metrics.leg_errors, "derender", self.config.flow, e.reason).inc()
             return _error(502, str(e), "upstream_error")
-        self.metrics.leg_seconds.labels("derender", self.config.flow).observe(self.clock() - t0)
+        self.metrics.at(self.metrics.leg_seconds, "derender", self.config.flow).observe(self.clock() - t0)
         if reply.status != 200 or not isinstance(reply.data, dict):
-            self.metrics.leg_errors.labels("derender", self.config.flow, "status").inc()
+            self.metrics.at(self.metrics.leg_errors, "derender", self.config.flow, "status").inc()
             return _reply(reply, {})
         return dict(reply.data)
 
@@ -712,7 +714,7 @@ class Frontend:
                 if result.finish is not None:
                     await result.finish(True)
         except TimeoutError:
-            self.metrics.probes.labels("timeout").inc()
+            self.metrics.at(self.metrics.probes, "timeout").inc()
             return ProbeResult(
                 pair.prefill.name,
                 pair.decode.name,
@@ -730,7 +732,7 @@ class Frontend:
         concurrent = self.config.flow in ("push", "moriio-write")
         transferred = kv_transferred(handed, concurrent, before, after) if ok else False
         error = None if ok else (body or b"").decode(errors="replace")[:500]
-        self.metrics.probes.labels("ok" if ok else "failed").inc()
+        self.metrics.at(self.metrics.probes, "ok" if ok else "failed").inc()
         self.metrics.probe_seconds.observe(latency)
         return ProbeResult(
             pair.prefill.name, pair.decode.name, pair.revision, ok, latency, handed, transferred, error, result.status
