@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import aiohttp
@@ -242,3 +243,52 @@ async def test_probe_finds_a_broken_pair_and_drain_takes_it_out() -> None:
         listing = await pairs.json()
     assert served == {"decode-0"}
     assert [p["drained"] for p in listing["pairs"]] == [False, True]
+
+
+async def test_disagg_frontend_serves_moriio_engines_that_registered_over_zmq() -> None:
+    """`disagg frontend --discovery moriio-registration` as a process: engines announce themselves, then serve."""
+    import subprocess
+    import sys
+
+    registration = f"tcp://127.0.0.1:{free_port()}"
+    prefills, decodes = sim_engines("moriio", registration=registration)
+    port = free_port()
+    frontend = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "disagg",
+            "frontend",
+            "--discovery",
+            "moriio-registration",
+            "--flow",
+            "moriio-write",
+            "--moriio-registration",
+            registration,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            "0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async for _ in serve_engines([*prefills, *decodes]):
+            async with aiohttp.ClientSession() as session:
+                for _ in range(200):
+                    with contextlib.suppress(aiohttp.ClientError):
+                        async with session.get(f"http://127.0.0.1:{port}/ready") as r:
+                            if r.status == 200:
+                                break
+                    await asyncio.sleep(0.1)
+                body = {"prompt": PROMPT, "max_tokens": 2}
+                async with session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+            break
+    finally:
+        frontend.terminate()
+        frontend.wait(10)
+    assert by_source(decodes[0], "external_kv_transfer") == 100
