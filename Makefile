@@ -6,7 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: dev demo demo-down lint unit real contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
+.PHONY: help dev demo demo-down lint unit real contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
+.DEFAULT_GOAL := help
+LINTED := operator tests e2e bench
+
+help: ## list the targets with what they do
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-zA-Z0-9_-]*:[^#]*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,15 +21,15 @@ $(VENV)/.installed: pyproject.toml requirements/dev.txt
 
 dev: $(VENV)/.installed ## create .venv with the operator and its test tools
 
-lint: dev ## ruff, ruff format, mypy --strict
-	$(RUN) ruff check operator tests e2e
-	$(RUN) ruff format --check operator tests e2e
+lint: dev ## ruff and ruff format over operator, tests, e2e and bench; mypy --strict over the operator
+	$(RUN) ruff check $(LINTED)
+	$(RUN) ruff format --check $(LINTED)
 	$(RUN) mypy
 
-unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
+unit: dev ## unit, golden, property and layer tests, the CLI, and the reconciler against a fake API server
 	$(RUN) pytest tests --ignore=tests/contract --ignore=tests/real
 
-real: dev ## the frontend against real vLLM CPU engines (tests/real; builds its venv once; 15-25 min)
+real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/real; builds its venv once; 15-25 min)
 	$(RUN) pytest tests/real -m real_engines -s
 
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
@@ -53,7 +58,7 @@ cluster-up: ## start the local control plane with fake GPU nodes (idempotent)
 cluster-down: ## stop it and remove its state
 	$(RUN) python -m e2e.localcluster down
 
-cluster-status:
+cluster-status: ## report whether the local control plane is up and healthy
 	$(RUN) python -m e2e.localcluster status
 
 golden: dev ## regenerate tests/golden from examples/ (review the diff before committing)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.localcluster.config import NODES_FILE, read_versions
+from e2e.localcluster import realnode
+from e2e.localcluster.config import NODES_FILE, read_versions, real_node_wanted
 from e2e.localcluster.testing import KubeCluster, KubectlError, wait_for
 from e2e.operator_support import token_kubeconfig
 
@@ -105,6 +106,8 @@ def test_all_nodes_ready(kube_cluster: KubeCluster) -> None:
     assert not_ready == []
     if kube_cluster.local:
         expected = {d["metadata"]["name"] for d in yaml.safe_load_all(NODES_FILE.read_text()) if d}
+        if real_node_wanted():
+            expected.add(realnode.NODE_NAME)
         assert {n["metadata"]["name"] for n in nodes} == expected
 
 
