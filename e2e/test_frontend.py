@@ -40,7 +40,20 @@ def engine_pod(name: str, role: str, revision: str) -> str:
             "labels": {"disagg.dev/deployment": "dd", "disagg.dev/role": role, "disagg.dev/pairing-revision": revision},
             "annotations": {"disagg.dev/pairing-generation": "1", "disagg.dev/kv-side-channel-port": "5600"},
         },
-        "spec": {"tolerations": [{"operator": "Exists"}], "containers": [{"name": "engine", "image": "vllm-sim"}]},
+        "spec": {
+            "tolerations": [{"operator": "Exists"}],
+            # kwok's fake nodes only: the engines are simulated at the pod IPs, never started by a real kubelet.
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "disagg.dev/e2e-node", "operator": "DoesNotExist"}]}
+                        ]
+                    }
+                }
+            },
+            "containers": [{"name": "engine", "image": "vllm-sim"}],
+        },
     }
     return json.dumps(pod)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from disagg.plan.names import LABEL_DEPLOYMENT, LABEL_ROLE
+from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE
 
 from .config import FrontendConfig
 from .contract import Engine, EngineRole, engine_from_spec

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.plan.names import LABEL_DEPLOYMENT, LABEL_ROLE
+from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE
 
 EngineRole = Literal["prefill", "decode", "render"]
 ENGINE_ROLES: tuple[EngineRole, ...] = ("prefill", "decode", "render")
