@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: help dev demo demo-down lint unit contract e2e real-engines test crds golden bench node-packages cluster-build cluster-up cluster-down cluster-status
+.PHONY: help dev demo demo-down lint unit real contract e2e real-engines test crds golden bench node-packages cluster-build cluster-up cluster-down cluster-status
 .DEFAULT_GOAL := help
 LINTED := operator tests e2e bench
 
@@ -27,7 +27,10 @@ lint: dev ## ruff and ruff format over operator, tests, e2e and bench; mypy --st
 	$(RUN) mypy
 
 unit: dev ## unit, golden, property and layer tests, the CLI, and the reconciler against a fake API server
-	$(RUN) pytest tests --ignore=tests/contract
+	$(RUN) pytest tests --ignore=tests/contract --ignore=tests/real
+
+real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/real; builds its venv once; 15-25 min)
+	$(RUN) pytest tests/real -m real_engines -s
 
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
 	$(RUN) pytest tests/contract
