@@ -7,10 +7,13 @@ the reason elsewhere, so the tier never passes by not running.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -57,6 +60,22 @@ def require_real_node(kube: KubeCluster) -> None:
             "the local cluster has no real node: it was started with DISAGG_E2E_REAL_NODE=0 or --without-real-node "
             "(make cluster-down, then make cluster-up as root)"
         )
+
+
+ENGINES_LOCK = realnode.OWNER_FILE.parent / "real-engines.lock"
+
+
+@contextlib.contextmanager
+def engines_turn() -> Iterator[None]:
+    """Hold the machine's real-engine slot: vLLM CPU engines need a core each, so only one test module (of any
+    worktree or session on this machine) runs them at a time; the others wait here."""
+    ENGINES_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with ENGINES_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def placement() -> dict[str, Any]:

@@ -24,7 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import condition, install_crd, status_of, wait_phase
-from e2e.realnode_support import HelmRelease, ensure_namespace, load_images, real_pull_document, require_real_node
+from e2e.realnode_support import (
+    HelmRelease,
+    engines_turn,
+    ensure_namespace,
+    load_images,
+    real_pull_document,
+    require_real_node,
+)
 
 # Building the engine image (cold) and starting two CPU engines take longer than the default 300 s per test.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_engines, pytest.mark.timeout(3600)]
@@ -46,6 +53,13 @@ class Served:
 def served(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     require_real_node(kube_cluster)
     images = load_images("operator", "router", "vllm-cpu")
+    with engines_turn():
+        yield from _serve(kube_cluster, images, tmp_path_factory)
+
+
+def _serve(
+    kube_cluster: KubeCluster, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
     suffix = uuid.uuid4().hex[:6]
     namespace = f"served-{suffix}"
     release = HelmRelease(f"dd-real-{suffix}", f"disagg-system-{suffix}", tmp_path_factory.mktemp("helm-home"))
