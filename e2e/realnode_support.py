@@ -7,7 +7,6 @@ the reason elsewhere, so the tier never passes by not running.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from functools import cache
@@ -19,6 +18,7 @@ from e2e.localcluster import realnode
 from e2e.localcluster.components import Layout
 from e2e.localcluster.config import REPO_ROOT, default_state_dir
 from e2e.localcluster.testing import KubeCluster
+from e2e.prerequisites import unavailable
 
 NODE_SELECTOR = {"kubernetes.io/hostname": realnode.NODE_NAME}
 TOLERATION = {
@@ -27,13 +27,6 @@ TOLERATION = {
     "value": realnode.TAINT["value"],
     "effect": "NoSchedule",
 }
-
-
-def unavailable(reason: str) -> None:
-    """Fail in CI, skip elsewhere: a missing prerequisite must never look like a pass."""
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def require_real_node(kube: KubeCluster) -> None:
