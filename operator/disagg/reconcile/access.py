@@ -51,9 +51,7 @@ APPLY_VERBS = ("create", "patch")
 
 NAMESPACED: tuple[Grant, ...] = (
     Grant(DISAGG_DEPLOYMENT.group, DISAGG_DEPLOYMENT.plural, ("get",), "client", "Kube.get at the start of a pass"),
-    Grant(
-        DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"
-    ),
+    Grant(DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"),
     *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
     *_grants(CHILD_KINDS, ("list",), "client", "Kube.list of the children (Reconciler._list_children)"),
     *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
