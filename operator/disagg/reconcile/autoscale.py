@@ -1,7 +1,9 @@
 """The scaler's shell: collect metrics, call the pure policy, write replicas through the replicas field manager.
 
 It runs inside a DisaggDeployment's reconcile pass (so status has one writer) whenever the pass falls due by
-spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval.
+spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval. What the policy learned
+is kept in memory and, through the pass's status patch, in `status.scalerState` (`memory`/`restore`), so a new
+leader or a restarted operator continues with it (D116).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from disagg.plan.model import DeploymentPlan
 from disagg.scaling.policy import Decision, PolicyState, decide
 from disagg.scaling.sources import DirectSource, PrometheusSource
 
-from . import metrics
+from . import metrics, scaler_memory
 from .children import REPLICAS_MANAGER, ChildKey
 from .conditions import ConditionUpdate
 from .events import Notice
@@ -60,6 +62,7 @@ class Autoscaler:
         self.prometheus: dict[str, PrometheusSource] = {}
         self.states: dict[Key, PolicyState] = {}
         self.next_due: dict[Key, float] = {}
+        self.evaluated_at: dict[Key, float] = {}
 
     async def close(self) -> None:
         await self.direct.close()
@@ -69,7 +72,32 @@ class Autoscaler:
     def forget(self, key: Key) -> None:
         self.states.pop(key, None)
         self.next_due.pop(key, None)
+        self.evaluated_at.pop(key, None)
         self.direct.forget(*key)
+
+    def reset(self) -> None:
+        """Forget every learned state (this replica stopped leading; the next leader's is in status)."""
+        for key in list(self.states):
+            self.forget(key)
+
+    def restore(self, key: Key, text: str | None, interval: float) -> None:
+        """Take the state a previous leader (or this process before a restart) wrote to status, unless this process
+        already has one of its own; the next evaluation falls due when it would have for the previous leader."""
+        if key in self.states:
+            return
+        memory = scaler_memory.decode(text)
+        if memory is None:
+            return
+        self.states[key] = memory.state
+        self.evaluated_at[key] = memory.evaluated_at
+        self.next_due[key] = memory.evaluated_at + interval
+
+    def memory(self, key: Key) -> str | None:
+        """The learned state as text for status, or None when the operator does not scale this DisaggDeployment."""
+        state = self.states.get(key)
+        if state is None:
+            return None
+        return scaler_memory.encode(scaler_memory.Memory(state, self.evaluated_at.get(key, 0.0)))
 
     async def step(
         self,
@@ -99,6 +127,7 @@ class Autoscaler:
         observation = await self._observe(key, spec, pods, now)
         decision = decide(spec, observation, self.states.get(key), now)
         self.states[key] = decision.state
+        self.evaluated_at[key] = now
         report.condition = ConditionUpdate(
             "ScalingActive", decision.condition.status, decision.condition.reason, decision.condition.message
         )

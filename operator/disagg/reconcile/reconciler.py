@@ -2,6 +2,12 @@
 
 Level-triggered: every pass recomputes the full desired state from the spec and the live children, so it is safe
 after a restart, a crash mid-pass, a stale event, or any number of repeats.
+
+The pass reads the cluster from the watch cache (the DisaggDeployment, its children, its pods), never by listing
+(D111); what it writes goes into the cache at once. It applies only the children that changed since it last
+applied them (`applied.py`), and those concurrently in two waves (`names.FIRST_WAVE`, D114). Writes pass the
+leader's write gate; a replica that is not (or no longer) the leader gets `NotLeader`, and the pass stops where it
+is without reporting anything.
 """
 
 from __future__ import annotations
@@ -15,18 +21,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.api.validate import validate_deployment
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, children_selector
-from disagg.plan import build_plan
+from disagg.api.validate import ValidationResult
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD
 from disagg.plan.model import DeploymentPlan
-from disagg.render import render_plan
 
 from . import metrics
+from .applied import AppliedMemo, digest
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
+from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
-from .kube import Kube, KubeError
+from .kube import Kube, KubeError, NotLeader
 from .ownership import replicas_action, replicas_patch
+from .rendered import Core, CoreMemo
 from .status import StatusInputs, StatusReport, compute_status
 from .workqueue import Key, WorkQueue
 
@@ -34,6 +41,10 @@ log = logging.getLogger("disagg.reconcile")
 
 TRANSIENT_BEFORE_REPORTING = 3
 """Consecutive passes failing with a retryable error before the error is reported in status."""
+REAPPLY_SECONDS = 3600.0
+"""Unchanged children are applied again after this long anyway (applied.py)."""
+SCALER_STATE = "scalerState"
+"""The status key holding the autoscaler's learned state (scaler_memory.py, D116)."""
 
 
 def rfc3339_now() -> str:
@@ -65,17 +76,22 @@ class Reconciler:
     def __init__(
         self,
         kube: Kube,
+        cache: Cache,
         instance: str = "disagg-operator",
         clock: Callable[[], str] = rfc3339_now,
         autoscaler: Autoscaler | None = None,
+        reapply_seconds: float = REAPPLY_SECONDS,
     ) -> None:
         self.kube = kube
+        self.cache = cache
         self.autoscaler = autoscaler
         self.instance = instance
         self.clock = clock
         self.queue = WorkQueue()
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
+        self.applied = AppliedMemo(reapply_seconds)
+        self.cores = CoreMemo()
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 
@@ -90,7 +106,22 @@ class Reconciler:
         self.known.discard(key)
         self.queue.forget(key)
         self.phases.pop(key, None)
+        self.applied.drop(key)
+        self.cores.forget(key)
         self._export_phases()
+
+    def stand_down(self) -> None:
+        """This replica stopped leading: what it remembers of its writes may be out of date by the time it leads
+        again (another leader wrote since), so forget it; the keys stay known and are all reconciled on return."""
+        self.applied.clear()
+        self.queue = WorkQueue(self.queue.base_delay, self.queue.max_delay)
+        if self.autoscaler is not None:
+            self.autoscaler.reset()
+
+    def request_all(self) -> None:
+        for key in sorted(self.known):
+            self.queue.add(key)
+        metrics.QUEUE_DEPTH.set(len(self.queue))
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
@@ -128,6 +159,9 @@ class Reconciler:
                 delay = self.queue.retry(key)
             else:
                 self.queue.succeeded(key)
+        except NotLeader as exc:
+            result = "not_leader"  # the new leader reconciles it; nothing of this pass is reported
+            log.info("pass of %s/%s stopped: %s", *key, exc)
         except RetryLater as exc:
             result = "retry"
             delay = self.queue.retry(key)
@@ -147,57 +181,84 @@ class Reconciler:
     async def reconcile(self, key: Key) -> str:
         """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
         namespace, name = key
-        try:
-            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, namespace, name)
-        except KubeError as exc:
-            raise RetryLater(str(exc)) from exc
+        owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
             self.forget(key)  # owner references let the garbage collector remove the children
             return "gone"
         generation = owner["metadata"].get("generation")
         previous = owner.get("status") or {}
-        result = validate_deployment(owner)
-        if result.deployment is None:
+        core = self.cores.get(owner)
+        if isinstance(core, ValidationResult):
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
-            inputs = StatusInputs(generation, previous, self.clock(), problems=result.problems)
+            inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        plan = build_plan(result.deployment, namespace)
-        state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
-        if not await self._apply(state, render_plan(plan)):
+        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
+        if not await self._apply(state, core):
             return "gone"  # the namespace and everything in it is going away
         await self._prune(state)
-        await self._observe(state, result.deployment.spec)
-        await self._publish(owner, compute_status(self._status_inputs(state)), state.notices)
+        await self._observe(state, core.spec)
+        await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
         return "retry" if state.apply_errors or state.missing_apis else "ok"
 
-    async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
-        """Server-side apply every desired object, in apply order. False when the namespace is being deleted."""
+    async def _apply(self, state: PassState, core: Core) -> bool:
+        """Server-side apply every desired object that changed: the first wave, then the rest, each wave's objects
+        concurrently. False when the namespace is being deleted."""
+        desired = core.desired()
         state.desired = {child_key(obj) for obj in desired}
         owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
-        for obj in desired:
-            key_of = child_key(obj)
-            try:
-                applied = await self._apply_child(obj, key_of in owned_elsewhere)
-            except KubeError as exc:
-                if exc.namespace_terminating:
-                    return False
-                if exc.api_missing:
-                    state.missing_apis.append(
-                        KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
-                    )
+        waves = [
+            [obj for obj in desired if obj["kind"] in FIRST_WAVE],
+            [obj for obj in desired if obj["kind"] not in FIRST_WAVE],
+        ]
+        created: list[str] = []
+        for wave in waves:
+            todo = []
+            for obj in wave:
+                sent = digest([obj, child_key(obj) in owned_elsewhere])
+                if self.applied.unchanged(
+                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(child_key(obj))
+                ):
+                    metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
+                else:
+                    todo.append((obj, sent))
+            results = await asyncio.gather(
+                *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
+            )
+            retry: RetryLater | None = None
+            for (obj, sent), result in zip(todo, results, strict=True):
+                key_of = child_key(obj)
+                if isinstance(result, NotLeader):
+                    raise result
+                if isinstance(result, KubeError):
+                    exc = result
+                    if exc.namespace_terminating:
+                        return False
+                    if exc.api_missing:
+                        state.missing_apis.append(
+                            KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
+                        )
+                        continue
+                    if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
+                        retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                        continue
+                    # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
+                    # status must say so while the pass keeps being retried with backoff.
+                    state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
                     continue
-                if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
-                    raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
-                # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
-                # status must say so while the pass keeps being retried with backoff.
-                state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                continue
-            metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
-            if key_of not in state.live:
-                state.notices.append(Notice("Normal", "Created", f"created {obj['kind']} {obj['metadata']['name']}"))
-            state.live[key_of] = applied
+                if isinstance(result, BaseException):
+                    raise result
+                metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
+                if key_of not in state.live:
+                    created.append(f"{obj['kind']} {obj['metadata']['name']}")
+                state.live[key_of] = result
+                self.cache.put(obj["kind"], result)
+                self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
+            if retry is not None:
+                raise retry
+        if created:
+            state.notices.append(Notice("Normal", "Created", f"created {', '.join(created)}"))
         return True
 
     async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
@@ -218,6 +279,7 @@ class Reconciler:
     async def _prune(self, state: PassState) -> None:
         """Delete children that are ours (our controller reference) and no longer desired."""
         namespace = state.key[0]
+        pruned: list[str] = []
         for stale in select_prunable(state.desired, list(state.live.values()), state.owner["metadata"]["uid"]):
             kind, name = child_key(stale)
             try:
@@ -228,14 +290,24 @@ class Reconciler:
                 state.apply_errors.append(f"deleting {kind}/{name}: {exc}")
                 continue
             metrics.OBJECTS_PRUNED.labels(kind).inc()
-            state.notices.append(Notice("Normal", "Pruned", f"deleted {kind} {name}"))
+            pruned.append(f"{kind} {name}")
             state.live.pop((kind, name), None)
+            self.cache.delete(kind, namespace, name)
+            self.applied.drop(state.key, kind, name)
+        if pruned:
+            state.notices.append(Notice("Normal", "Pruned", f"deleted {', '.join(pruned)}"))
 
     async def _observe(self, state: PassState, spec: DisaggDeploymentSpec) -> None:
         """What the children's pods say, and the scaler's step (which may change replicas)."""
-        state.pods = await self._list_pods(*state.key)
+        state.pods = self.cache.owned(POD.name, *state.key)
+        if self.autoscaler is not None:
+            memory = (state.owner.get("status") or {}).get(SCALER_STATE)
+            self.autoscaler.restore(state.key, memory, interval_seconds(spec))
         state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors)
         state.notices += state.scaling.notices
+        for (kind, name), obj in state.live.items():  # what the scaler wrote, for the next pass
+            if obj["metadata"].get("resourceVersion") != self.cache.version(kind, state.key[0], name):
+                self.cache.put(kind, obj)
 
     def _status_inputs(self, state: PassState) -> StatusInputs:
         return StatusInputs(
@@ -251,16 +323,10 @@ class Reconciler:
             last_scale=state.scaling.last_scale,
         )
 
-    async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
+    def _children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
         live: dict[ChildKey, dict[str, Any]] = {}
         for kind in CHILD_KINDS:
-            try:
-                items = await self.kube.list(kind.name, namespace, children_selector(name))
-            except KubeError as exc:
-                if exc.api_missing:
-                    continue  # e.g. no LeaderWorkerSet API: there can be no such children either
-                raise RetryLater(str(exc)) from exc
-            for item in items:
+            for item in self.cache.owned(kind.name, namespace, name):
                 live[child_key(item)] = item
         return live
 
@@ -286,16 +352,14 @@ class Reconciler:
             self.queue.add_after(key, interval_seconds(spec))  # come back when the next evaluation is due
         return report
 
-    async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        try:
-            return await self.kube.list(POD.name, namespace, children_selector(name))
-        except KubeError as exc:
-            if exc.status == 403:  # diagnostics only: without pod read access the status just says less
-                return []
-            raise RetryLater(str(exc)) from exc
-
-    async def _publish(self, owner: dict[str, Any], report: StatusReport, notices: list[Notice]) -> None:
+    async def _publish(
+        self, owner: dict[str, Any], report: StatusReport, notices: list[Notice], state: PassState | None = None
+    ) -> None:
         """The status step, then the events step: events only once the status they describe is written."""
+        if state is not None and self.autoscaler is not None:
+            memory = self.autoscaler.memory(state.key)
+            if memory is not None:
+                report.status[SCALER_STATE] = memory
         if not await self._write_status(owner, report):
             return
         await self._record_events(owner, [*notices, *notices_for(report.transitions)])
@@ -310,11 +374,13 @@ class Reconciler:
         patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
         patch.update(report.status)
         try:
-            await self.kube.patch_status(owner["metadata"]["namespace"], owner["metadata"]["name"], patch)
+            stored = await self.kube.patch_status(owner["metadata"]["namespace"], owner["metadata"]["name"], patch)
         except KubeError as exc:
             if exc.status == 404:
                 return False
             raise RetryLater(f"status: {exc}") from exc
+        if stored:
+            self.cache.put(DISAGG_DEPLOYMENT.name, stored)
         return True
 
     async def _record_events(self, owner: dict[str, Any], notices: list[Notice]) -> None:
