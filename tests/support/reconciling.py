@@ -30,7 +30,8 @@ class Watching:
         self.server = server
         kube = Kube(server)
         self.informers = [Informer(kube, cache, DISAGG_DEPLOYMENT, None, "", on_change)] + [
-            Informer(kube, cache, kind, None, OWNED_SELECTOR, on_change) for kind in (*CHILD_KINDS, POD)
+            Informer(kube, cache, kind, None, OWNED_SELECTOR, on_change, optional=kind is POD)
+            for kind in (*CHILD_KINDS, POD)
         ]
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -40,7 +41,8 @@ class Watching:
         wanted = self.server.writes
         async with asyncio.timeout(10):
             while any(
-                not informer.synced.is_set() or (not informer.missing and int(informer.version or 0) < wanted)
+                not informer.synced.is_set()
+                or (not (informer.missing or informer.refused) and int(informer.version or 0) < wanted)
                 for informer in self.informers
             ):
                 await asyncio.sleep(0)

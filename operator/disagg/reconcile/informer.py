@@ -42,6 +42,7 @@ class Informer:
         selector: str,
         on_change: Callable[[OwnerKey], None],
         timeout_seconds: int = WATCH_TIMEOUT_S,
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.cache = cache
@@ -55,6 +56,10 @@ class Informer:
         self.version: str | None = None
         self.missing = False
         """The API server does not serve the kind (e.g. no LeaderWorkerSet CRD): there is nothing to cache."""
+        self.optional = optional
+        """What the kind tells is only diagnostics (pods): when RBAC refuses it, passes run without it."""
+        self.refused = False
+        """An optional kind the API server refuses to list: cached as empty, asked again at the longest backoff."""
 
     @property
     def where(self) -> str:
@@ -79,6 +84,9 @@ class Informer:
                 if exc.status == 410:
                     self.version = None
                     continue
+                if exc.status == 403 and self.optional:
+                    await self._refused(exc)
+                    continue
                 delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)] * random.uniform(0.8, 1.2)
                 failures += 1
                 log.warning("watching %s failed (%s); retrying in %.1fs", self.where, exc, delay)
@@ -95,6 +103,15 @@ class Informer:
         self.synced.set()
         await asyncio.sleep(60)
 
+    async def _refused(self, exc: KubeError) -> None:
+        if not self.refused:
+            log.warning("%s cannot be read (%s); status will say less until it can", self.where, exc)
+        self.refused = True
+        self.version = None
+        self.cache.replace(self.kind.name, self.namespace, [], None)
+        self.synced.set()
+        await asyncio.sleep(BACKOFF_S[-1])
+
     async def _list(self) -> None:
         metrics.WATCH_RESTARTS.labels(self.kind.name).inc()
         items: list[dict[str, Any]] = []
@@ -107,7 +124,7 @@ class Informer:
             version = version or page_version
             if not after:
                 break
-        self.missing = False
+        self.missing = self.refused = False
         for owner in self.cache.replace(self.kind.name, self.namespace, items, version):
             self.on_change(owner)
         self.version = version

@@ -131,7 +131,7 @@ def child_changed(reconciler: Reconciler) -> Any:
 def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler: Reconciler) -> list[Informer]:
     scopes: list[str | None] = list(namespaces) or [None]
     return [
-        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler))
+        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler), optional=kind is POD)
         for kind in (*CHILD_KINDS, POD)
         for scope in scopes
     ]

@@ -216,7 +216,12 @@ class Reconciler:
         for wave in waves:
             todo = []
             for obj in wave:
-                sent = digest([obj, child_key(obj) in owned_elsewhere])
+                elsewhere = child_key(obj) in owned_elsewhere
+                # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
+                holds = replicas_action(
+                    elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(child_key(obj))
+                )
+                sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
                 if self.applied.unchanged(
                     state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(child_key(obj))
                 ):
