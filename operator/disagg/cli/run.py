@@ -96,7 +96,7 @@ import click
 @click.option(
     "--lease-duration-seconds",
     type=click.FloatRange(2, 300),
-    default=10,
+    default=8,
     show_default=True,
     help="How long a Lease that is not renewed keeps others from taking it; a standby takes over within about "
     "this plus two retry periods of the leader's death.",
@@ -104,14 +104,14 @@ import click
 @click.option(
     "--renew-deadline-seconds",
     type=click.FloatRange(1, 300),
-    default=7,
+    default=6,
     show_default=True,
     help="The leader stops writing when it has not renewed the Lease for this long (less than the lease duration).",
 )
 @click.option(
     "--retry-period-seconds",
     type=click.FloatRange(0.2, 60),
-    default=2,
+    default=1.5,
     show_default=True,
     help="How often the leader renews and the others try to take the Lease.",
 )

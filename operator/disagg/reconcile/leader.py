@@ -50,9 +50,9 @@ class LeaseConfig:
     name: str
     identity: str
     """Who holds the Lease: the pod's name, which the API server's fence compares with the writer's pod."""
-    lease_seconds: float = 10.0
-    renew_deadline_seconds: float = 7.0
-    retry_seconds: float = 2.0
+    lease_seconds: float = 8.0
+    renew_deadline_seconds: float = 6.0
+    retry_seconds: float = 1.5
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:

@@ -75,7 +75,7 @@ def build_registry(reconciler: Reconciler, cache: Cache, stop: asyncio.Event | N
     registry = kopf.OperatorRegistry()
 
     @kopf.on.cleanup(registry=registry)
-    def stop_workers(**_: Any) -> None:
+    async def stop_workers(**_: Any) -> None:
         # kopf waits for every task in the loop before it returns; stop ours first so it need not wait.
         if stop is not None:
             stop.set()
@@ -99,7 +99,8 @@ def build_registry(reconciler: Reconciler, cache: Cache, stop: asyncio.Event | N
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def deployment_changed(*, event: Mapping[str, Any], name: str, namespace: str | None, **_: Any) -> None:
+    async def deployment_changed(*, event: Mapping[str, Any], name: str, namespace: str | None, **_: Any) -> None:
+        # async: kopf runs plain functions in a thread pool, and the cache and the work queue belong to the loop.
         if namespace is None:
             return
         raw = dict(event["object"])
@@ -113,7 +114,7 @@ def build_registry(reconciler: Reconciler, cache: Cache, stop: asyncio.Event | N
             reconciler.request((namespace, name))
 
     @kopf.on.probe(id="queue", registry=registry)
-    def queue_depth(**_: Any) -> int:
+    async def queue_depth(**_: Any) -> int:
         return len(reconciler.queue)
 
     return registry
