@@ -90,8 +90,7 @@ import click
 @click.option(
     "--leader-election-identity",
     default=None,
-    help="This replica's name in the Lease. Default: $POD_NAME (the API server's fence compares it with the "
-    "writer's pod), else <hostname>-<random>.",
+    help="This replica's name in the Lease. Default: $POD_NAME, else <hostname>-<random>.",
 )
 @click.option(
     "--lease-duration-seconds",

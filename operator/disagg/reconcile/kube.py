@@ -7,9 +7,7 @@ stack kopf uses (`ApiClientTransport`), behind the client-side rate limits (`rat
 in-process tests a fake API server.
 
 Every write first asks the write gate (`may_write`, the leader elector's, D113) and raises `NotLeader` without
-sending anything when the replica does not hold the lease; the API server's own fence (a ValidatingAdmissionPolicy
-that admits the operator's writes only from the lease holder's pod) answers a write that slipped through with the
-same refusal, which becomes `NotLeader` too.
+sending anything when the replica does not hold the lease.
 """
 
 from __future__ import annotations
@@ -32,12 +30,10 @@ from .children import FIELD_MANAGER
 REQUEST_TIMEOUT_S = 60
 WATCH_READ_TIMEOUT_S = 150
 """A watch that sends nothing for this long is dead: the API server sends a bookmark about every minute."""
-FENCE_MARKER = "disagg-operator: not the leader"
-"""The text the API server's fence (the chart's ValidatingAdmissionPolicy) puts in its refusal."""
 
 
 class NotLeader(Exception):
-    """This replica may not write: it does not hold the lease (or the API server's fence says so). Not a KubeError:
+    """This replica may not write: it does not hold the lease. Not a KubeError:
     nothing about it belongs in a DisaggDeployment's status, and no pass should count it as a failure."""
 
 
@@ -247,10 +243,7 @@ class Kube:
             raise NotLeader(f"{method} {location}: this replica does not hold the lease")
         response = await self._transport.request(method, location, query or [], body, content_type)
         if response.status >= 400:
-            error = KubeError.from_response(response)
-            if error.status == 403 and FENCE_MARKER in error.message:
-                raise NotLeader(error.message)
-            raise error
+            raise KubeError.from_response(response)
         return json.loads(response.body) if response.body else None
 
     async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:

@@ -9,9 +9,9 @@ holder renews every `retry_seconds` and gives up (stops writing, stops its worke
 The write gate (`may_write`) holds the same promise for writes already on their way: it admits a write only while
 the last successful renewal is younger than the renew deadline, on this process's monotonic clock. A process that
 was paused (SIGSTOP, a frozen VM) wakes up with that clock moved on, so its first write is refused before it is
-sent, whatever the paused code was doing; the API server's fence (the chart's ValidatingAdmissionPolicy, which
-admits the operator's writes only from the pod the Lease names) refuses the rest. On shutdown the holder releases
-the Lease, so a rolling update hands over within one retry period.
+sent, whatever the paused code was doing. What no client-side check can stop is a write that passed the gate and
+then took longer than lease duration minus renew deadline to reach the API server; client-go's elector has the same
+limit (D113). On shutdown the holder releases the Lease, so a rolling update hands over within one retry period.
 
 The elector talks to the API server through a `Kube` of its own: a backlog of applies behind the client-side rate
 limits must never delay a renewal.
@@ -49,7 +49,7 @@ class LeaseConfig:
     namespace: str
     name: str
     identity: str
-    """Who holds the Lease: the pod's name, which the API server's fence compares with the writer's pod."""
+    """Who holds the Lease: the pod's name in a cluster (unique among the replicas, and readable in the Lease)."""
     lease_seconds: float = 8.0
     renew_deadline_seconds: float = 6.0
     retry_seconds: float = 1.5

@@ -57,7 +57,7 @@ class RunOptions:
 
 
 def default_identity() -> str:
-    """The pod's name (the API server's fence compares it with the lease holder), else a unique local name."""
+    """The pod's name, else a unique local name."""
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
