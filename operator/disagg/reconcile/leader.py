@@ -83,6 +83,10 @@ class LeaderElector:
         self._observed_at = float("-inf")
         self.previous_holder: str | None = None
         """Who held the Lease before this replica took it (for the handover event)."""
+        self.took_over = True
+        """Whether the last acquisition took the Lease from a record naming someone else (or nobody). False when the
+        record still named this replica: it lost the Lease by not renewing in time and nobody took it meanwhile, so
+        nobody else has written as leader since it last did."""
 
     # -- the write gate ---------------------------------------------------------------------------------------
 
@@ -158,6 +162,8 @@ class LeaderElector:
         spec = dict(lease.get("spec") or {})
         holder = spec.get("holderIdentity") or ""
         now = self.wall()
+        if not self.leading:
+            self.took_over = holder != config.identity
         if holder != config.identity:
             self.previous_holder = holder or None
             spec["acquireTime"] = now
@@ -202,6 +208,7 @@ class LeaderElector:
                 log.warning("creating lease %s/%s: %s", config.namespace, config.name, exc)
             return False
         self.previous_holder = None
+        self.took_over = True
         self._stored(created, started)
         return True
 

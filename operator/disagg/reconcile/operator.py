@@ -150,6 +150,8 @@ async def lead(
     while not stop.is_set():
         if elector is not None and not await elector.acquire(stop):
             return
+        if elector is None or elector.took_over:
+            reconciler.forget_writes()
         await _wait_synced(watched, stop)
         if stop.is_set():
             break

@@ -111,10 +111,14 @@ class Reconciler:
         self._export_phases()
 
     def stand_down(self) -> None:
-        """This replica stopped leading: what it remembers of its writes may be out of date by the time it leads
-        again (another leader wrote since), so forget it; the keys stay known and are all reconciled on return."""
-        self.applied.clear()
+        """This replica stopped leading: drop the queue; the keys stay known and are all reconciled on return."""
         self.queue = WorkQueue(self.queue.base_delay, self.queue.max_delay)
+
+    def forget_writes(self) -> None:
+        """Another replica may have led since this one last did: what this one remembers of its writes and the
+        scaler's in-process state may be out of date, so the first passes apply everything and the scaler resumes
+        from status (D113, D116)."""
+        self.applied.clear()
         if self.autoscaler is not None:
             self.autoscaler.reset()
 

@@ -110,3 +110,21 @@ async def test_hold_returns_once_another_replica_holds_the_lease() -> None:
 def test_the_timings_must_leave_the_leader_time_to_stop_first() -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseConfig(NAMESPACE, "x", "a", lease_seconds=6, renew_deadline_seconds=6, retry_seconds=1)
+
+
+async def test_a_leader_that_regains_a_lease_nobody_took_knows_nobody_else_wrote() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    assert a.took_over  # from nobody: whatever it remembers predates it
+    clock.now += 7  # a misses its renew deadline (a starved event loop), but b has not waited a whole lease
+    a._lost()
+    assert not await b._try()
+    assert await a.acquire(asyncio.Event()) and not a.took_over  # the record still named a
+    a._lost()
+    clock.now += 9
+    assert not await b._try()
+    clock.now += 9
+    assert await b.acquire(asyncio.Event())
+    await b.release()
+    assert await a.acquire(asyncio.Event()) and a.took_over  # b led in between
