@@ -1,6 +1,6 @@
 """High availability against the real API server: two operator replicas elect a leader on a Lease; killing the
 leader in the middle of a burst hands over within the target, and everything converges once, with nothing
-duplicated or lost; a leader that was paused past its lease does not write when it wakes up (decision D112).
+duplicated or lost; a leader that was paused past its lease does not write when it wakes up (decision D122).
 
 Both replicas run as processes with the same ServiceAccount and exactly the documented RBAC (the cluster-wide
 ClusterRole and the leader-election Role in the operator's namespace), as the chart's two pods do.

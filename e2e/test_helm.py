@@ -529,7 +529,7 @@ class TestOnCluster:
             kube_cluster.kubectl(
                 "patch", "role", release.fullname, "-n", watched, "--type=json", "-p", json.dumps(patch)
             )
-            # A pass sends only what changed (D111): a hand edit of the Service makes it apply that Service again.
+            # A pass sends only what changed (D121): a hand edit of the Service makes it apply that Service again.
             kube_cluster.kubectl("annotate", "service", name, "-n", watched, "--overwrite", "e2e/poke=1")
 
             # Without `patch` on services the apply fails, and the status says so, naming the object and the verb.

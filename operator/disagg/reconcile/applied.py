@@ -1,4 +1,4 @@
-"""What the operator last applied to each child, so a pass skips the applies that would change nothing (D111).
+"""What the operator last applied to each child, so a pass skips the applies that would change nothing (D121).
 
 A child is applied again when the desired object differs from what was applied last, when the live object is not
 the version the apply returned (someone changed it: drift to repair), and in any case once `reapply_seconds` has

@@ -3,7 +3,7 @@
 It runs inside a DisaggDeployment's reconcile pass (so status has one writer) whenever the pass falls due by
 spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval. What the policy learned
 is kept in memory and, through the pass's status patch, in `status.scalerState` (`memory`/`restore`), so a new
-leader or a restarted operator continues with it (D116).
+leader or a restarted operator continues with it (D126).
 """
 
 from __future__ import annotations

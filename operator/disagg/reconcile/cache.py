@@ -1,6 +1,6 @@
 """What the watches have seen: the DisaggDeployments, their children and their pods, indexed by owner.
 
-The reconcile pass reads the cluster from here instead of listing it (D111). Objects are kept as compact JSON,
+The reconcile pass reads the cluster from here instead of listing it (D121). Objects are kept as compact JSON,
 which costs a fraction of the memory of parsed dicts and hands every reader a private copy it may change. Two
 things are dropped on the way in because nothing reads them and they are the bulk of many objects: managedFields
 (reduced to who manages what, and whether each manager holds `spec.replicas`, which is all the replicas hand-over

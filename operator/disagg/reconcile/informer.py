@@ -1,4 +1,4 @@
-"""List-then-watch of one kind into the cache, as client-go's informers do (D111).
+"""List-then-watch of one kind into the cache, as client-go's informers do (D121).
 
 An informer lists its kind once (in pages), then follows the watch from the list's resource version for as long
 as the API server can continue it: a stream that ends (the server's timeout), a dropped connection or a read

@@ -6,7 +6,7 @@ through a `Transport`: in production the official client's configuration and aut
 stack kopf uses (`ApiClientTransport`), behind the client-side rate limits (`ratelimit.Throttled`); in the
 in-process tests a fake API server.
 
-Every write first asks the write gate (`may_write`, the leader elector's, D113) and raises `NotLeader` without
+Every write first asks the write gate (`may_write`, the leader elector's, D123) and raises `NotLeader` without
 sending anything when the replica does not hold the lease.
 """
 

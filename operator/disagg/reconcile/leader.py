@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io Lease, with the semantics of client-go's LeaderElector (D112).
+"""Leader election on a coordination.k8s.io Lease, with the semantics of client-go's LeaderElector (D122).
 
 One replica holds the Lease and reconciles; the others keep their caches warm and try to take the Lease every
 `retry_seconds`. A Lease may be taken when its holder has not renewed it for `lease_seconds` as measured on the
@@ -11,7 +11,7 @@ the last successful renewal is younger than the renew deadline, on this process'
 was paused (SIGSTOP, a frozen VM) wakes up with that clock moved on, so its first write is refused before it is
 sent, whatever the paused code was doing. What no client-side check can stop is a write that passed the gate and
 then took longer than lease duration minus renew deadline to reach the API server; client-go's elector has the same
-limit (D113). On shutdown the holder releases the Lease, so a rolling update hands over within one retry period.
+limit (D123). On shutdown the holder releases the Lease, so a rolling update hands over within one retry period.
 
 The elector talks to the API server through a `Kube` of its own: a backlog of applies behind the client-side rate
 limits must never delay a renewal.

@@ -37,7 +37,7 @@ OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 @dataclass(frozen=True)
 class Limits:
-    """Client-side protection of the API server (D115)."""
+    """Client-side protection of the API server (D125)."""
 
     qps: float = 100.0
     burst: int = 200

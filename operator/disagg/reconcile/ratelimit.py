@@ -1,4 +1,4 @@
-"""Client-side limits that protect the API server from the operator (D115): a token bucket on request starts (QPS
+"""Client-side limits that protect the API server from the operator (D125): a token bucket on request starts (QPS
 with a burst, as client-go's `--kube-api-qps`/`--kube-api-burst`) and a cap on requests in flight.
 
 They wrap the Transport every reconcile worker shares, so the limits hold for the whole process however many

@@ -4,8 +4,8 @@ Level-triggered: every pass recomputes the full desired state from the spec and 
 after a restart, a crash mid-pass, a stale event, or any number of repeats.
 
 The pass reads the cluster from the watch cache (the DisaggDeployment, its children, its pods), never by listing
-(D111); what it writes goes into the cache at once. It applies only the children that changed since it last
-applied them (`applied.py`), and those concurrently in two waves (`names.FIRST_WAVE`, D114). Writes pass the
+(D121); what it writes goes into the cache at once. It applies only the children that changed since it last
+applied them (`applied.py`), and those concurrently in two waves (`names.FIRST_WAVE`, D124). Writes pass the
 leader's write gate; a replica that is not (or no longer) the leader gets `NotLeader`, and the pass stops where it
 is without reporting anything.
 """
@@ -44,7 +44,7 @@ TRANSIENT_BEFORE_REPORTING = 3
 REAPPLY_SECONDS = 3600.0
 """Unchanged children are applied again after this long anyway (applied.py)."""
 SCALER_STATE = "scalerState"
-"""The status key holding the autoscaler's learned state (scaler_memory.py, D116)."""
+"""The status key holding the autoscaler's learned state (scaler_memory.py, D126)."""
 
 
 def rfc3339_now() -> str:
@@ -117,7 +117,7 @@ class Reconciler:
     def forget_writes(self) -> None:
         """Another replica may have led since this one last did: what this one remembers of its writes and the
         scaler's in-process state may be out of date, so the first passes apply everything and the scaler resumes
-        from status (D113, D116)."""
+        from status (D123, D126)."""
         self.applied.clear()
         if self.autoscaler is not None:
             self.autoscaler.reset()

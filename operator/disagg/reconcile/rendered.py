@@ -1,4 +1,4 @@
-"""The pure core's answer per DisaggDeployment, kept until its spec changes (D111).
+"""The pure core's answer per DisaggDeployment, kept until its spec changes (D121).
 
 validate -> plan -> render is a pure function of the DisaggDeployment's identity and spec, and by far the most
 expensive part of a pass (tens of milliseconds, mostly parsing the templates' YAML). A pass triggered by a child's

@@ -1,4 +1,4 @@
-"""The autoscaler's learned state as text, so it survives a failover or a restart (D116).
+"""The autoscaler's learned state as text, so it survives a failover or a restart (D126).
 
 The policy's state is a tree of frozen dataclasses holding numbers, tuples and None (scaling/policy). It is written
 to the DisaggDeployment's `status.scalerState` with the pass's status patch and read back by whichever replica

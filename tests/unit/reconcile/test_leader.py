@@ -1,5 +1,5 @@
 """The Lease elector against the fake API server, on clocks the test moves: who may lead, when a standby may take
-over, when a leader must stop writing, and the handover record (decision D112, D113)."""
+over, when a leader must stop writing, and the handover record (decision D122, D123)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The client-side limits: a burst goes at once, then requests are spaced at the QPS; in-flight requests are
-capped (decision D115)."""
+capped (decision D125)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The autoscaler's learned state survives as text in status, and text from another policy shape is ignored
-(decision D116)."""
+(decision D126)."""
 
 from __future__ import annotations
 
