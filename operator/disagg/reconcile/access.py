@@ -51,14 +51,12 @@ APPLY_VERBS = ("create", "patch")
 
 NAMESPACED: tuple[Grant, ...] = (
     Grant(DISAGG_DEPLOYMENT.group, DISAGG_DEPLOYMENT.plural, ("get",), "client", "Kube.get at the start of a pass"),
-    Grant(
-        DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"
-    ),
+    Grant(DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"),
     *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
     *_grants(CHILD_KINDS, ("list",), "client", "Kube.list of the children (Reconciler._list_children)"),
     *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
     *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
-    Grant(POD.group, POD.plural, ("list",), "client", "Kube.list of the pods: status diagnostics, the scaler's metrics"),
+    Grant(POD.group, POD.plural, ("list",), "client", "Kube.list of the pods: status diagnostics, the scaler"),
     Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),
     *_grants((DISAGG_DEPLOYMENT, *CHILD_KINDS), ("list", "watch"), "kopf", "kopf watches them (build_registry)"),
     *(
@@ -88,7 +86,7 @@ CLUSTER: tuple[Grant, ...] = (
 )
 
 NAMESPACE_MODE: tuple[Grant, ...] = (
-    Grant("", "namespaces", ("list", "watch"), "kopf", "kopf's namespace observer, given namespaces", cluster_scope=True),
+    Grant("", "namespaces", ("list", "watch"), "kopf", "kopf's namespace observer", cluster_scope=True),
 )
 """Needed only when the operator watches a list of namespaces (without it kopf retries for ~70 s, then assumes
 they exist)."""
