@@ -31,7 +31,7 @@ def test_a_document_is_ours_by_its_kind_or_its_group(document: Any, ours: bool) 
 
 
 def test_the_field_table_lists_every_level_by_its_yaml_names() -> None:
-    table = known_fields.__wrapped__()  # type: ignore[attr-defined]  # uncached: the table is built again
+    table = known_fields.__wrapped__()  # uncached: built again, not the copy an earlier test left
     assert {"apiVersion", "kind", "metadata", "spec"} <= set(table[""])
     assert "tensorParallel" in table["spec.prefill"]  # the alias, not the Python name
     assert "tensor_parallel" not in table["spec.prefill"]
