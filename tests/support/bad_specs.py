@@ -117,6 +117,21 @@ CASES: list[BadSpec] = [
         cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
     ),
     BadSpec(
+        "storage-all-three-sources",
+        {
+            "model": {
+                "name": "org/model",
+                "storage": {"persistentVolumeClaim": {"claimName": "m"}, "hostPath": {"path": "/m"}, "huggingFace": {}},
+            }
+        },
+        "spec.model.storage",
+        "persistentVolumeClaim and hostPath and huggingFace are set together",
+        "keep exactly one storage source",
+        ok={"model": {"name": "org/model", "storage": {"persistentVolumeClaim": {"claimName": "m"}}}},
+        cel="spec.model.storage",
+        cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
+    ),
+    BadSpec(
         "topology-key-single-node",
         pools(decode={"scheduling": {"replicaTopologyKey": "zone"}}),
         "spec.decode.scheduling.replicaTopologyKey",
@@ -660,6 +675,30 @@ CASES: list[BadSpec] = [
         "--tensor-parallel-size is rendered by the operator",
         "remove it and set spec.decode.tensorParallel instead",
         ok=pools(decode={"engine": {"extraArgs": ["--tensor-parallel-size-x", "2"]}}),
+    ),
+    BadSpec(
+        "owned-flag-in-the-prefill-pool",
+        pools(prefill={"engine": {"extraArgs": ["-tp", "2"]}}),
+        "spec.prefill.engine.extraArgs[0]",
+        "-tp is rendered by the operator",
+        "remove it and set spec.prefill.tensorParallel instead",
+        ok=pools(prefill={"engine": {"extraArgs": ["2"]}}),
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-spec-engine",
+        {"engine": {"extraArgs": ["--max-model-len=4096"]}},
+        "spec.engine.extraArgs[0]",
+        "--max-model-len is rendered by the operator",
+        "remove it and set spec.engine.maxModelLen instead",
+        ok={"engine": {"maxModelLen": 4096}},
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-a-pool",
+        pools(decode={"engine": {"extraArgs": ["--block-size", "32"]}}),
+        "spec.decode.engine.extraArgs[0]",
+        "--block-size is rendered by the operator",
+        "remove it and set spec.decode.engine.blockSize instead",
+        ok=pools(decode={"engine": {"extraArgs": ["32"]}}),
     ),
     BadSpec(
         "abbreviated-owned-flag",
