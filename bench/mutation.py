@@ -1,6 +1,6 @@
 """Mutation testing of the pure core with mutmut 3 (docs/testing.md, "Mutation testing"). Slow; not part of CI.
 
-    .venv/bin/python bench/mutation.py run [SCOPE...]     # mutate and test (default: every scope below)
+    .venv/bin/python bench/mutation.py run [SCOPE...]     # mutate and test: api, plan, ... or a file: api/rules.py
     .venv/bin/python bench/mutation.py report [--golden]  # score per scope; --golden: which survivors golden kills
 
 `run` installs the pinned mutmut into the venv when it is missing and runs it at nice 10 with two children in
@@ -8,10 +8,14 @@
 derives a mutant's module from its path and strips only a leading `src.`, so `operator/disagg/...` would name
 modules `operator.disagg...` that never run. Results are kept there between runs; a rerun tests only what changed.
 
-The tests are the unit tier's behavioural ones. The golden files are left out, so a mutant they alone kill counts as
-a survivor; `report --golden` runs the golden test against each survivor and lists those separately. The meta-test
-that watches `Problem(...)` call sites by line number is left out too: under mutmut every rule has copies whose sites
-no case reaches, so the clean run would fail.
+Each package's mutants run against the tests that assert its behaviour (TESTS below), and of those only the ones
+that reach the mutated function. The golden files are left out, so a mutant they alone kill counts as a survivor;
+`report --golden` runs the golden test against each survivor and lists those separately. Also left out: the
+Hypothesis property tests (hundreds of specs per test, too slow to repeat per mutant) and the meta-test that watches
+`Problem(...)` call sites by line number (under mutmut every rule has copies whose sites no case reaches).
+
+`run SCOPE --mutant NAME` (repeatable; a name or pattern: `'disagg.api.rules.x_gpu_arithmetic*'`) retests only
+those, e.g. the survivors after a new test.
 """
 
 from __future__ import annotations
@@ -98,10 +102,10 @@ def ensure_mutmut() -> None:
         subprocess.run([uv, "pip", "install", "--python", PYTHON, MUTMUT], check=True)
 
 
-def run(scopes: list[str]) -> int:
+def run(scopes: list[str], mutants: list[str]) -> int:
     ensure_mutmut()
     prepare(scopes)
-    command = ["nice", "-n", "10", str(REPO / ".venv" / "bin" / "mutmut"), "run", "--max-children", "2"]
+    command = ["nice", "-n", "10", str(REPO / ".venv" / "bin" / "mutmut"), "run", "--max-children", "2", *mutants]
     print("cd .mutation &&", " ".join(command[3:]), flush=True)
     return subprocess.run(command, cwd=WORK, check=False).returncode
 
@@ -114,7 +118,8 @@ def results() -> dict[str, int | None]:
 
 
 def scope_of(mutant: str) -> str:
-    return mutant.split(".")[1]
+    """The module, e.g. api.rules."""
+    return ".".join(mutant.split(".")[1:3])
 
 
 KILLED = {1, 3}
@@ -142,11 +147,12 @@ def report(golden: bool) -> None:
     verdicts = results()
     if not verdicts:
         sys.exit("no results: run `bench/mutation.py run` first")
-    verdicts = {name: code for name, code in verdicts.items() if code is not None}  # not (yet) tested
+    unchecked = Counter(scope_of(name) for name, code in verdicts.items() if code is None)
+    verdicts = {name: code for name, code in verdicts.items() if code is not None}
     survivors = [name for name, code in verdicts.items() if code not in KILLED | TIMEOUT]
     by_golden = golden_kills(survivors) if golden else set()
-    print("| package | mutants | killed by a behavioural test | timeout | survived | of them killed by golden files |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| module | tested | killed by a behavioural test | timeout | survived | killed by golden only | untested |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     tally: dict[str, Counter[str]] = {}
     for name, code in verdicts.items():
         counts = tally.setdefault(scope_of(name), Counter())
@@ -157,12 +163,12 @@ def report(golden: bool) -> None:
         score = 100 * (counts["killed"] + counts["timeout"]) / counts["total"]
         print(
             f"| {scope} | {counts['total']} | {counts['killed']} ({score:.1f}% with timeouts) | {counts['timeout']} "
-            f"| {counts['survived']} | {counts['golden'] if golden else '-'} |"
+            f"| {counts['survived']} | {counts['golden'] if golden else '-'} | {unchecked[scope]} |"
         )
     print()
     for name in survivors:
         mark = " (golden)" if name in by_golden else ""
-        print(f"survived: {name} [{verdicts[name]}]{mark}")
+        print(f"survived: {name} [exit {verdicts[name]}]{mark}")
 
 
 def main() -> None:
@@ -170,6 +176,7 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run")
     run_parser.add_argument("scopes", nargs="*", metavar="SCOPE", help=f"{', '.join(SCOPES)} or a file: api/rules.py")
+    run_parser.add_argument("--mutant", action="append", default=[], help="only this mutant (a name or pattern)")
     report_parser = commands.add_parser("report")
     report_parser.add_argument("--golden", action="store_true")
     args = parser.parse_args()
@@ -178,7 +185,7 @@ def main() -> None:
         unknown = sorted(scope for scope in args.scopes if scope not in SCOPES and not (package / scope).is_file())
         if unknown:
             parser.error(f"unknown scopes {unknown}: use {', '.join(SCOPES)} or a file under operator/disagg")
-        sys.exit(run(args.scopes or list(SCOPES)))
+        sys.exit(run(args.scopes or list(SCOPES), args.mutant))
     report(args.golden)
 
 
