@@ -446,7 +446,11 @@ def test_operator_metrics_report_reconciles_and_phases(
 ) -> None:
     apply(kube_cluster, namespace, example("01-minimal"))
     wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
-    text = operator.metrics()
-    assert metric_value(text, "disagg_deployments", phase="Ready") >= 1
+    # The status reaches us through a watch, the metric through a scrape: wait for the operator to have both.
+    text = wait_for(
+        "the Ready phase in the metrics",
+        lambda: t if metric_value(t := operator.metrics(), "disagg_deployments", phase="Ready") >= 1 else None,
+        timeout=10,
+    )
     assert metric_value(text, "disagg_objects_applied_total", kind="Deployment") >= 3
     assert "disagg_reconcile_duration_seconds_bucket" in text

@@ -39,9 +39,9 @@ class BadSpec:
     """Merged into BASE's spec: maps merge, anything else replaces."""
     path: str
     message: str
-    """A part of the problem's message, specific to the rule."""
+    """The start of the problem's message, specific to the rule."""
     fix: str
-    """A part of the fix."""
+    """The start of the fix."""
     ok: dict[str, Any]
     """The nearest spec (also merged into BASE's spec) that passes this rule."""
     cel: str | None = None
@@ -117,10 +117,25 @@ CASES: list[BadSpec] = [
         cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
     ),
     BadSpec(
+        "storage-all-three-sources",
+        {
+            "model": {
+                "name": "org/model",
+                "storage": {"persistentVolumeClaim": {"claimName": "m"}, "hostPath": {"path": "/m"}, "huggingFace": {}},
+            }
+        },
+        "spec.model.storage",
+        "persistentVolumeClaim and hostPath and huggingFace are set together",
+        "keep exactly one storage source",
+        ok={"model": {"name": "org/model", "storage": {"persistentVolumeClaim": {"claimName": "m"}}}},
+        cel="spec.model.storage",
+        cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
+    ),
+    BadSpec(
         "topology-key-single-node",
         pools(decode={"scheduling": {"replicaTopologyKey": "zone"}}),
         "spec.decode.scheduling.replicaTopologyKey",
-        "this pool has one node per replica",
+        "it keeps the pods of a multi-node replica together, and this pool has one node per replica",
         "set nodesPerReplica above 1",
         ok=pools(decode={"tensorParallel": 2, "nodesPerReplica": 2, "scheduling": {"replicaTopologyKey": "zone"}}),
         cel="spec.decode.scheduling.replicaTopologyKey",
@@ -145,7 +160,7 @@ CASES: list[BadSpec] = [
         pools(decode={"resources": {"claims": [{"name": "c"}]}}),
         "spec.decode.resources.claims[0]",
         "a resource claim needs exactly one source",
-        "resourceClaimName (one shared claim)",
+        "set resourceClaimTemplateName (a claim per pod) or resourceClaimName (one shared claim)",
         ok=pools(decode={"resources": {"claims": [{"name": "c", "resourceClaimTemplateName": "t"}]}}),
         cel="spec.decode.resources.claims[0]",
         cel_message="exactly one of resourceClaimTemplateName or resourceClaimName",
@@ -195,7 +210,7 @@ CASES: list[BadSpec] = [
         {"transfer": {"connector": "nixl", "custom": {"connectorClass": "PluginConnector"}}},
         "spec.transfer.custom",
         "set, but spec.transfer.connector is nixl",
-        "set spec.transfer.connector to custom",
+        "remove spec.transfer.custom, or set spec.transfer.connector to custom",
         ok={"transfer": CUSTOM},
         cel="spec.transfer.custom",
         cel_message="spec.transfer.custom must be set exactly when spec.transfer.connector is custom",
@@ -328,7 +343,7 @@ CASES: list[BadSpec] = [
         {"transfer": CUSTOM, **pools(prefill={"customContainer": {"image": "e:1"}})},
         "spec.prefill.customContainer",
         "the prefill pool always runs vLLM",
-        "only the decode pool may run a non-vLLM engine",
+        "remove it; only the decode pool may run a non-vLLM engine",
         ok={"transfer": CUSTOM, **pools(decode={"customContainer": {"image": "e:1"}})},
         cel="spec.prefill.customContainer",
         cel_message="the prefill pool always runs vLLM",
@@ -468,8 +483,8 @@ CASES: list[BadSpec] = [
             decode={"engine": {"speculative": {"method": "draft_model", "model": "org/b", "numSpeculativeTokens": 2}}},
         ),
         "spec.decode.engine.speculative",
-        "(prefill draft_model with org/a, decode draft_model with org/b)",
-        "numSpeculativeTokens may differ",
+        "speculative decoding differs between pools (prefill draft_model with org/a, decode draft_model with org/b)",
+        "use the same method and model on both pools (numSpeculativeTokens may differ)",
         ok={"engine": {"speculative": {"method": "draft_model", "model": "org/a", "numSpeculativeTokens": 2}}},
     ),
     # -- autoscaling and scaling -----------------------------------------------------------------------------------
@@ -538,7 +553,7 @@ CASES: list[BadSpec] = [
         {"scaling": {"metrics": {"source": "direct", "prometheus": {"url": "http://p:9090"}}}},
         "spec.scaling.metrics.prometheus",
         "must be set exactly when spec.scaling.metrics.source is prometheus",
-        "or remove the block",
+        "add prometheus.url with source prometheus, or remove the block",
         ok={"scaling": {"metrics": {"source": "direct"}}},
         cel="spec.scaling.metrics",
         cel_message="spec.scaling.metrics.prometheus must be set exactly when source is prometheus",
@@ -660,6 +675,30 @@ CASES: list[BadSpec] = [
         "--tensor-parallel-size is rendered by the operator",
         "remove it and set spec.decode.tensorParallel instead",
         ok=pools(decode={"engine": {"extraArgs": ["--tensor-parallel-size-x", "2"]}}),
+    ),
+    BadSpec(
+        "owned-flag-in-the-prefill-pool",
+        pools(prefill={"engine": {"extraArgs": ["-tp", "2"]}}),
+        "spec.prefill.engine.extraArgs[0]",
+        "-tp is rendered by the operator",
+        "remove it and set spec.prefill.tensorParallel instead",
+        ok=pools(prefill={"engine": {"extraArgs": ["2"]}}),
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-spec-engine",
+        {"engine": {"extraArgs": ["--max-model-len=4096"]}},
+        "spec.engine.extraArgs[0]",
+        "--max-model-len is rendered by the operator",
+        "remove it and set spec.engine.maxModelLen instead",
+        ok={"engine": {"maxModelLen": 4096}},
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-a-pool",
+        pools(decode={"engine": {"extraArgs": ["--block-size", "32"]}}),
+        "spec.decode.engine.extraArgs[0]",
+        "--block-size is rendered by the operator",
+        "remove it and set spec.decode.engine.blockSize instead",
+        ok=pools(decode={"engine": {"extraArgs": ["32"]}}),
     ),
     BadSpec(
         "abbreviated-owned-flag",

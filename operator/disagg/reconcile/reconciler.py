@@ -298,9 +298,10 @@ class Reconciler:
         """The status step, then the events step: events only once the status they describe is written."""
         if not await self._write_status(owner, report):
             return
-        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
+        # The metric follows the status at once, not after the (slower, best-effort) events.
         self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
         self._export_phases()
+        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
         """Patch status when it changed. False when the DisaggDeployment is gone."""
