@@ -381,7 +381,7 @@ def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
         apply(kube_cluster, namespace, example(stem))
     operator.kill()  # SIGKILL while the new deployments are being reconciled
     operator.start()
-    for name in ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-render"):
+    for name in ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-tokens-only"):
         status = wait_phase(kube_cluster, namespace, name, "Ready", timeout=120)
         assert status["observedGeneration"] == 1
     listing = kube_cluster.get("deployments,services,configmaps", "-n", namespace)["items"]
