@@ -136,6 +136,7 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool) -> dict[str, 
     extra: dict[str, Any] = {}
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
+    extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
     extra["terminationGracePeriodSeconds"] = grace_period(pool)
     if deployment.transfer.network.host_network:
         extra["hostNetwork"] = True

@@ -66,7 +66,7 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
     )
     name = child_name(deployment.name, "render")
     labels = common_labels(deployment.name, "render")
-    extra: dict[str, object] = {}
+    extra: dict[str, object] = {"automountServiceAccountToken": False}  # it never calls the Kubernetes API (D77)
     if tier.placement.node_selector:
         extra["nodeSelector"] = dict(tier.placement.node_selector)
     if tier.placement.tolerations:

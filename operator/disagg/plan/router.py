@@ -104,7 +104,9 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
                 "runAsNonRoot": True,
             },
         )
-    extra: dict[str, Any] = {"serviceAccountName": name}
+    # Only vllm-router's Kubernetes discovery calls the API; every other router gets no identity and no token.
+    discovers = custom is None and protocol != "moriio"
+    extra: dict[str, Any] = {"serviceAccountName": name} if discovers else {"automountServiceAccountToken": False}
     if router.placement.node_selector:
         extra["nodeSelector"] = dict(router.placement.node_selector)
     if router.placement.tolerations:
@@ -131,11 +133,8 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
     # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
     # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
-    rbac = (
-        None
-        if custom
-        else RbacPlan(name, labels, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
-    )
+    pod_reader = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    rbac = RbacPlan(name, labels, pod_reader) if discovers else None
     return RouterPlan(workload, service, rbac, argv)
 
 
