@@ -198,9 +198,12 @@ def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:
     if scheduling.tolerations:
         fields["tolerations"] = tolerations(scheduling.tolerations)
     if scheduling.affinity is not None:
-        fields["affinity"] = scheduling.affinity
+        fields["affinity"] = scheduling.affinity.model_dump(by_alias=True, exclude_defaults=True)
     if scheduling.topology_spread_constraints:
-        fields["topologySpreadConstraints"] = list(scheduling.topology_spread_constraints)
+        fields["topologySpreadConstraints"] = [
+            constraint.model_dump(by_alias=True, exclude_defaults=True)
+            for constraint in scheduling.topology_spread_constraints
+        ]
     if scheduling.priority_class_name:
         fields["priorityClassName"] = scheduling.priority_class_name
     if scheduling.scheduler_name:
