@@ -12,7 +12,7 @@ from disagg.api.pool import PoolSpec, Scheduling
 from disagg.api.resolve import ResolvedDeployment, ResolvedFamily, ResolvedPool
 from disagg.api.transfer import NetworkSettings
 from disagg.api.types import EnvVar, Toleration
-from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.api.units import format_binary_quantity
 from disagg.names import LWS_GROUP_KEY_LABEL, POOL_HOST_ENV, POOLS, kv_config_name, pool_service_name
 
 from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
@@ -120,20 +120,20 @@ def disk_volume(disk: DiskTier) -> dict[str, Any]:
     return {"name": "kv-disk", "emptyDir": {"sizeLimit": str(limit)} if limit is not None else {}}
 
 
-def engine_resources(pool: ResolvedPool, network: NetworkSettings, pinned_host_bytes: int) -> dict[str, Any]:
-    """Requests and limits of one engine pod. Host memory pinned by KV tiers is added on top of the user's memory;
-    without a user value it becomes the request, so the scheduler still reserves room for it."""
+def engine_resources(pool: ResolvedPool, network: NetworkSettings) -> dict[str, Any]:
+    """Requests and limits of one engine pod. Memory is the pool's PodMemory: host memory pinned by KV tiers is
+    added on top of the user's memory; without a user value it becomes the request, so the scheduler still reserves
+    room for it."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     resources = pool.spec.resources
     gpus = pool.gpus_per_pod
     if resources.cpu is not None:
         requests["cpu"] = str(resources.cpu)
-    if resources.memory is not None:
-        total = parse_quantity(resources.memory) + pinned_host_bytes
-        requests["memory"] = limits["memory"] = format_binary_quantity(total)
-    elif pinned_host_bytes:
-        requests["memory"] = format_binary_quantity(pinned_host_bytes)
+    if pool.memory.request is not None:
+        requests["memory"] = format_binary_quantity(pool.memory.request)
+    if pool.memory.limit is not None:
+        limits["memory"] = format_binary_quantity(pool.memory.limit)
     if gpus:
         requests[resources.gpu_resource_name] = limits[resources.gpu_resource_name] = str(gpus)
     if network.rdma is not None:

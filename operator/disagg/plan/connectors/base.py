@@ -60,8 +60,6 @@ class Wiring:
     annotations: dict[str, str] = field(default_factory=dict)
     config_files: dict[str, str] = field(default_factory=dict)
     """File name -> content, shipped in the KV ConfigMap and mounted under KV_CONFIG_DIR."""
-    host_memory_per_engine: int = 0
-    """Bytes of host memory each engine (data-parallel rank) pins for this connector."""
 
 
 def literal_env(name: str, value: str) -> dict[str, Any]:
