@@ -81,6 +81,18 @@ SPEC_CEL_RULES = (
         field_path=".decode.customContainer",
     ),
     CelRule(
+        rule="!has(self.decode.customContainer) || self.decode.nodesPerReplica == 1",
+        message="a custom decode container runs as one pod per replica: set spec.decode.nodesPerReplica to 1",
+        field_path=".decode.nodesPerReplica",
+    ),
+    CelRule(
+        rule="!(self.transfer.connector == 'lmcache' && has(self.kvCache.store) && self.kvCache.store.type == "
+        "'mooncake')",
+        message="connector lmcache needs its LMCache server, and a DisaggDeployment runs one KV-store daemon: use "
+        "spec.kvCache.store.type lmcache, no store, or another connector",
+        field_path=".kvCache.store.type",
+    ),
+    CelRule(
         rule="!(self.model.family == 'dense' && (self.prefill.expertParallel || self.decode.expertParallel))",
         message="expertParallel needs a mixture-of-experts model but spec.model.family is dense: set family to moe "
         "(or mla/auto), or turn expertParallel off",

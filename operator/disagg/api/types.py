@@ -118,7 +118,11 @@ LabelKey = Annotated[
 Image = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^\S+$")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 ShortText = Annotated[str, Field(max_length=256)]
-LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN), AfterValidator(_check_label_value)]
+LabelValue = Annotated[
+    str,
+    AfterValidator(_check_label_value),
+    WithJsonSchema({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}),
+]
 Labels = Annotated[dict[Annotated[str, AfterValidator(_check_key("label key"))], LabelValue], Field(max_length=64)]
 Annotations = Annotated[
     dict[Annotated[str, AfterValidator(_check_key("annotation key"))], str], AfterValidator(_check_annotations)
@@ -126,7 +130,9 @@ Annotations = Annotated[
 """Only the API server's own limits (D74): qualified keys, and 256 KiB of keys and values together. A per-value
 cap made the `kubectl.kubernetes.io/last-applied-configuration` annotation of any larger spec invalid."""
 ConfigKey = Annotated[
-    str, Field(min_length=1, max_length=253, pattern=CONFIG_KEY_PATTERN), AfterValidator(_check_config_key)
+    str,
+    AfterValidator(_check_config_key),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 253, "pattern": CONFIG_KEY_PATTERN}),
 ]
 ResourceList = Annotated[dict[ResourceName, Quantity], Field(max_length=32)]
 FreeForm = dict[str, Any]
@@ -173,7 +179,9 @@ def _check_field_path(path: str) -> str:
 
 class FieldRef(ApiModel):
     field_path: Annotated[
-        str, Field(min_length=1, max_length=256, pattern=FIELD_PATH_PATTERN), AfterValidator(_check_field_path)
+        str,
+        AfterValidator(_check_field_path),
+        WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 256, "pattern": FIELD_PATH_PATTERN}),
     ] = Field(description="Pod field to expose, for example status.podIP or metadata.name (the downward API).")
 
 
@@ -223,7 +231,19 @@ class EnvVar(ApiModel):
     )
 
 
-EnvList = Annotated[list[EnvVar], Field(max_length=128)]
+def _names_once(env: list[EnvVar]) -> list[EnvVar]:
+    seen: set[str] = set()
+    for var in env:
+        if var.name in seen:
+            raise rule_error(
+                f"{var.name} is listed twice (containers key env by name, so the API server refuses the object)",
+                "keep one entry per name",
+            )
+        seen.add(var.name)
+    return env
+
+
+EnvList = Annotated[list[EnvVar], Field(max_length=128), AfterValidator(_names_once)]
 ArgList = Annotated[list[Annotated[str, Field(max_length=8192)]], Field(max_length=256)]
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.engine import EngineSettings
+from disagg.api.frontend import ResourceRequirements
 from disagg.api.kvcache import DiskTier
 from disagg.api.model import ModelStorage
-from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.owned import ENGINE_HTTP_PORT, HUGEPAGES_PATH, SHM_PATH
 from disagg.api.pool import PoolSpec, Scheduling
 from disagg.api.resolve import ResolvedDeployment, ResolvedFamily, ResolvedPool
 from disagg.api.transfer import NetworkSettings
@@ -95,7 +96,7 @@ def engine_volumes(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(pool.spec.resources.shm_size)}},
         model,
     ]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, model_mount]
+    mounts = [{"name": "dshm", "mountPath": SHM_PATH}, model_mount]
     if has_kv_files:
         volumes.append({"name": "kv-config", "configMap": {"name": kv_config_name(deployment.name)}})
         mounts.append({"name": "kv-config", "mountPath": KV_CONFIG_DIR, "readOnly": True})
@@ -106,7 +107,7 @@ def engine_volumes(
     hugepages = deployment.transfer.network.hugepages
     if hugepages is not None:
         volumes.append({"name": "hugepages", "emptyDir": {"medium": f"HugePages-{hugepages.page_size}"}})
-        mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages"})
+        mounts.append({"name": "hugepages", "mountPath": HUGEPAGES_PATH})
     return volumes, mounts
 
 
@@ -147,6 +148,17 @@ def engine_resources(pool: ResolvedPool, network: NetworkSettings) -> dict[str, 
     if resources.claims:
         container_resources["claims"] = [{"name": claim.name} for claim in resources.claims]
     return container_resources
+
+
+def container_resources(given: ResourceRequirements, default: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The user's requests and limits exactly as written, or the defaults when neither is given. Mixing them made
+    invalid pods (requests of 2Gi under the default 1Gi limit)."""
+    if not given.requests and not given.limits:
+        return {key: dict(value) for key, value in default.items()}
+    return {
+        "requests": {name: str(value) for name, value in given.requests.items()},
+        "limits": {name: str(value) for name, value in given.limits.items()},
+    }
 
 
 def resource_claims(pool: PoolSpec) -> list[dict[str, str]]:

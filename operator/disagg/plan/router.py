@@ -12,7 +12,7 @@ from disagg.names import child_name, common_labels, selector_labels
 
 from .connectors.base import field_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
-from .pod import pool_host_env, tolerations, user_env
+from .pod import container_resources, pool_host_env, tolerations, user_env
 
 DEFAULT_PREFILL_POLICY = "cache_aware"
 DEFAULT_DECODE_POLICY = "power_of_two"
@@ -138,10 +138,11 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
     return RouterPlan(workload, service, rbac, argv)
 
 
+DEFAULT_ROUTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+
+
 def _resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
-    requests = {name: str(value) for name, value in given.requests.items()} or {"cpu": "500m", "memory": "512Mi"}
-    limits = {name: str(value) for name, value in given.limits.items()} or {"memory": "1Gi"}
-    return {"requests": requests, "limits": limits}
+    return container_resources(given, DEFAULT_ROUTER_RESOURCES)
 
 
 def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:
