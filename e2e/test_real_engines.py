@@ -13,29 +13,29 @@ Engines are heavy (about 3 GB and one core each), so one deployment serves the w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.localcluster.config import BinDir
 from e2e.localcluster.testing import KubeCluster, wait_for
-from e2e.operator_support import REPO, condition, install_crd, status_of, wait_phase
-from e2e.realnode_support import load_images, placement, require_real_node
+from e2e.operator_support import condition, install_crd, status_of, wait_phase
+from e2e.realnode_support import (
+    HelmRelease,
+    engines_turn,
+    ensure_namespace,
+    load_images,
+    real_pull_document,
+    require_real_node,
+)
 
 # Building the engine image (cold) and starting two CPU engines take longer than the default 300 s per test.
 pytestmark = [pytest.mark.e2e, pytest.mark.real_engines, pytest.mark.timeout(3600)]
 
-SPEC = REPO / "e2e" / "specs" / "tiny-nixl-pull.yaml"
-CHART = REPO / "charts" / "disagg-operator"
 READY_TIMEOUT = 900.0  # two vLLM CPU engines starting side by side on two busy cores
 PROMPT = "The operator renders prefill and decode engines, and the router sends every request to both of them. " * 3
 
@@ -49,73 +49,37 @@ class Served:
     images: dict[str, str]
 
 
-def _namespace(kube: KubeCluster, name: str, labels: dict[str, str] | None = None) -> None:
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
-    wait_for(f"serviceaccount default in {name}", lambda: kube.run("get", "sa/default", "-n", name).returncode == 0)
-
-
-def _helm(kube: KubeCluster, home: Path, *args: str) -> str:
-    env = {**os.environ, **{f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CONFIG", "CACHE", "DATA")}}
-    done = subprocess.run(
-        [str(BinDir.default().binary("helm")), *args, f"--kubeconfig={kube.kubeconfig}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stderr}"
-    return done.stdout
-
-
-def deployment_document(images: dict[str, str]) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load(SPEC.read_text())
-    document["spec"]["engine"]["image"] = images["vllm-cpu"]
-    document["spec"]["frontend"]["router"]["image"] = images["router"]
-    return document
-
-
 @pytest.fixture(scope="module")
 def served(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     require_real_node(kube_cluster)
     images = load_images("operator", "router", "vllm-cpu")
+    with engines_turn():
+        yield from _serve(kube_cluster, images, tmp_path_factory)
+
+
+def _serve(
+    kube_cluster: KubeCluster, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
     suffix = uuid.uuid4().hex[:6]
-    operator_namespace, namespace, release = f"disagg-system-{suffix}", f"served-{suffix}", f"dd-real-{suffix}"
-    restricted = {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    }
-    _namespace(kube_cluster, operator_namespace, restricted)
-    _namespace(kube_cluster, namespace)
+    namespace = f"served-{suffix}"
+    release = HelmRelease(f"dd-real-{suffix}", f"disagg-system-{suffix}", tmp_path_factory.mktemp("helm-home"))
+    ensure_namespace(kube_cluster, namespace)
     install_crd(kube_cluster)
-    repository, _, tag = images["operator"].rpartition(":")
-    home = tmp_path_factory.mktemp("helm-home")
-    where = placement()
-    _helm(
-        kube_cluster, home,
-        "install", release, str(CHART), "--namespace", operator_namespace,
-        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-        "--set-json", f"watchNamespaces={json.dumps([namespace])}",
-        "--set-json", f"nodeSelector={json.dumps(where['nodeSelector'])}",
-        "--set-json", f"tolerations={json.dumps(where['tolerations'])}",
-        "--set", "operator.resyncSeconds=30",
-        "--wait", "--timeout", "5m",
-    )  # fmt: skip
-    document = deployment_document(images)
+    release.install(kube_cluster, images["operator"], [namespace], "--set", "operator.resyncSeconds=30")
+    document = real_pull_document(images)
     name = document["metadata"]["name"]
     kube_cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
     try:
         wait_phase(kube_cluster, namespace, name, "Ready", timeout=READY_TIMEOUT)
         service = kube_cluster.get("service", name, "-n", namespace)
         endpoint = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
-        yield Served(namespace, name, endpoint, operator_namespace, images)
+        yield Served(namespace, name, endpoint, release.namespace, images)
     finally:
         for pod in kube_cluster.get("pods", "-n", namespace)["items"]:
             pod_name = pod["metadata"]["name"]
             print(f"--- logs of {pod_name}:\n{kube_cluster.run('logs', '-n', namespace, pod_name, '--tail=40').stdout}")
         kube_cluster.run("delete", "namespace", namespace, "--wait=true", "--timeout=180s")
-        _helm(kube_cluster, home, "uninstall", release, "--namespace", operator_namespace, "--wait")
-        kube_cluster.run("delete", "namespace", operator_namespace, "--wait=false")
+        release.uninstall(kube_cluster)
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------

@@ -21,13 +21,25 @@ ALLOWED: dict[str, set[str]] = {
     "plan": {"names", "api"},
     "render": {"names", "api", "plan"},
     "scaling": {"names", "api"},
+    "frontend": {"names"},
     "reconcile": {"names", "api", "plan", "render", "scaling"},
-    "cli": {"names", "api", "plan", "render", "scaling", "reconcile"},
+    "cli": {"names", "api", "plan", "render", "scaling", "frontend", "reconcile"},
 }
 """The house, floor by floor: each layer and the layers it may import (besides itself). `names` is the ground
 floor; `plan` -> `render` build objects and `scaling` decides replicas, side by side on `api`; the shell
-(`reconcile`, then `cli`) stands on all of them."""
-INDEPENDENT = [("plan", "scaling"), ("render", "scaling")]
+(`reconcile`, then `cli`) stands on all of them. `frontend` (the P/D frontend, a serving process of its own) stands
+on `names` beside them, and only `cli` starts it."""
+LAYER_OF_MODULE = {"disagg.frontend.contract": "names"}
+"""The frontend's pod contract (the labels and annotations engine pods carry) belongs with the names: the planner
+renders it and may import it, and it imports nothing but `names`."""
+INDEPENDENT = [
+    ("plan", "scaling"),
+    ("render", "scaling"),
+    ("frontend", "plan"),
+    ("frontend", "render"),
+    ("frontend", "scaling"),
+    ("frontend", "reconcile"),
+]
 """Siblings: neither imports the other, in either direction."""
 OUTSIDE_THE_LAYERS = {"__init__.py", "__main__.py", "py.typed"}
 PURE = [
@@ -40,8 +52,18 @@ PURE = [
     "scaling/promtext",
     "scaling/window",
     "scaling/sources/base",
+    "frontend/contract",
+    "frontend/config",
+    "frontend/selection",
+    "frontend/flows",
+    "frontend/conversations",
+    "frontend/probe",
+    "frontend/moriio",
+    "frontend/sse",
 ]
 """The pure core: no clients, no network, no clock, no randomness, no environment, no processes."""
+FRONTEND_SHELL = ["app", "client", "discovery", "metrics", "registry", "server"]
+"""The frontend's thin shell: HTTP server and client, the kr8s watch, the ZMQ listener, Prometheus, wiring."""
 PURE_EXCEPTIONS = {"prometheus_client.parser"}
 """The text-format parser is a pure function; the rest of prometheus_client holds registries and servers."""
 IMPURE_MODULES = {
@@ -94,6 +116,8 @@ def _imports(path: Path) -> Iterator[str]:
 
 
 def _layer_of(module: str) -> str | None:
+    if module in LAYER_OF_MODULE:
+        return LAYER_OF_MODULE[module]
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[0] == "disagg" and parts[1] in ALLOWED else None
 
@@ -143,6 +167,19 @@ def test_the_pure_core_does_no_io(part: str) -> None:
         if module.split(".")[0] in IMPURE_MODULES and module not in PURE_EXCEPTIONS
     ]
     assert offenders == []
+
+
+def test_the_frontend_pod_contract_imports_only_names() -> None:
+    path = PACKAGE / "frontend" / "contract.py"
+    offenders = [m for m in _imports(path) if (layer := _layer_of(m)) is not None and layer != "names"]
+    assert offenders == []
+
+
+def test_every_frontend_module_is_either_pure_core_or_shell() -> None:
+    modules = {p.stem for p in (PACKAGE / "frontend").glob("*.py") if p.stem != "__init__"}
+    pure = {part.split("/")[1] for part in PURE if part.startswith("frontend/")}
+    assert modules == pure | set(FRONTEND_SHELL)
+    assert not pure & set(FRONTEND_SHELL)
 
 
 def test_the_contract_catches_a_violation(tmp_path: Path) -> None:

@@ -14,6 +14,11 @@ from .connectors.base import field_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
 from .pod import container_resources, pool_host_env, tolerations, user_env
 
+ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+)
+"""What the router's own Role grants: service discovery reads and watches the engine pods of its namespace."""
+
 DEFAULT_PREFILL_POLICY = "cache_aware"
 DEFAULT_DECODE_POLICY = "power_of_two"
 ROUTER_PROTOCOL = {"nixl": "nixl", "nixl-push": "nixl", "mooncake": "mooncake", "moriio": "moriio", "lmcache": "nixl"}
@@ -133,8 +138,8 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
     # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
     # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
-    pod_reader = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    rbac = RbacPlan(name, labels, pod_reader) if discovers else None
+    rules = [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES]
+    rbac = RbacPlan(name, labels, rules) if discovers else None
     return RouterPlan(workload, service, rbac, argv)
 
 
