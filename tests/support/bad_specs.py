@@ -750,7 +750,8 @@ CASES: list[BadSpec] = [
 
 
 @functools.cache
-def _program(rule: str) -> Any:
+def cel_program(rule: str) -> Any:
+    """A CEL rule compiled once."""
     environment = celpy.Environment()
     return environment.program(environment.compile(rule))
 
@@ -758,7 +759,7 @@ def _program(rule: str) -> Any:
 def violated_cel_rules(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
     """Every CEL rule the (defaulted) value breaks, as (rule, field path, message)."""
     for rule in schema.get("x-kubernetes-validations", []):
-        outcome = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
+        outcome = cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
         if isinstance(outcome, Exception) or not bool(outcome):
             yield rule["rule"], path + rule.get("fieldPath", ""), rule["message"]
     if isinstance(value, dict):
