@@ -23,7 +23,8 @@ from .children import FIELD_MANAGER
 class Claim:
     """What the apply step may do with one desired child."""
 
-    action: Literal["create", "update", "conflict"]
+    action: Literal["create", "update", "conflict", "unknown"]
+    """"unknown": the object could not be read, so it is not written either."""
     uid: str | None = None
     """For an update: the live object's uid, sent with the apply so that a same-named object created after our
     read is refused by the API server instead of being written."""

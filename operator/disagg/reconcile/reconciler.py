@@ -28,7 +28,7 @@ from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError
 from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
-from .status import StatusInputs, StatusReport, compute_status
+from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
@@ -137,14 +137,36 @@ class Reconciler:
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("transient").inc()
             log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
-        except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+            if self.queue.failures(key) > TRANSIENT_BEFORE_REPORTING:
+                await self._report_failure(
+                    key, f"the last {self.queue.failures(key)} passes failed before finishing ({exc}); retrying"
+                )
+        except Exception as exc:  # a bug must not stop the operator or the other DisaggDeployments
             result = "error"
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("unexpected").inc()
             log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+            await self._report_failure(
+                key,
+                f"the operator failed reconciling this DisaggDeployment ({type(exc).__name__}: {exc}) and retries "
+                "with backoff; this is a bug in disagg-operator: please report it with the operator's log",
+            )
         finally:
             metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
         return delay
+
+    async def _report_failure(self, key: Key, message: str) -> None:
+        """Best effort: put a failing pass in status, so the retries are never silent. When even that fails (the
+        API server is unreachable, the status may not be written), the log and the error metric still say it."""
+        try:
+            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, *key)
+            if owner is None or owner["metadata"].get("deletionTimestamp"):
+                return
+            previous = owner.get("status") or {}
+            report = failed_pass_status(previous, previous.get("observedGeneration"), self.clock(), message)
+            await self._publish(owner, report, [])
+        except Exception as exc:
+            log.warning("could not report the failure of %s/%s in status: %s", *key, exc)
 
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
@@ -212,7 +234,13 @@ class Reconciler:
                 except KubeError as exc:
                     if exc.api_missing:
                         continue  # the apply reports the missing API
-                    raise RetryLater(f"reading {obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
+                    what = f"reading {obj['kind']}/{obj['metadata']['name']}: {exc}"
+                    if exc.transient:
+                        raise RetryLater(what) from exc
+                    # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+                    state.apply_errors.append(what)
+                    state.claims[key_of] = Claim("unknown")
+                    continue
             decision = claim(live, owner_uid, name)
             state.claims[key_of] = decision
             if decision.action == "conflict":
@@ -230,6 +258,8 @@ class Reconciler:
         for obj in desired:
             key_of = child_key(obj)
             decision = state.claims.get(key_of)
+            if decision is not None and decision.action == "unknown":
+                continue  # reported by the claim step
             if decision is not None and decision.uid is not None:
                 obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
             try:
