@@ -446,7 +446,7 @@ CASES: list[BadSpec] = [
         "spec.engine.env[0]",
         "VLLM_SSM_CONV_STATE_LAYOUT must be DS for hybrid SSM models in P/D",
         "remove the variable",
-        ok={**HYBRID, "engine": {"env": [{"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"}]}},
+        ok={**HYBRID, "engine": {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}},  # DS twice: D72
     ),
     # -- engines of both pools -------------------------------------------------------------------------------------
     BadSpec(
@@ -785,11 +785,97 @@ CASES: list[BadSpec] = [
             **pools(prefill={"tensorParallel": 4}),
         },
     ),
+    # -- rules of the harden branch (D71, D72) that CEL also holds ------------------------------------------------
+    BadSpec(
+        "name-ends-like-a-child",
+        {},
+        "metadata.name",
+        "ends with -router, so it is the name of a child",
+        "choose a name that does not end with",
+        ok={},
+        metadata={"name": "x-router"},
+        ok_metadata={"name": "x-routers"},
+        cel="",
+        cel_message="metadata.name must not end with -decode",
+    ),
+    BadSpec(
+        "custom-decode-over-two-nodes",
+        {
+            "transfer": CUSTOM,
+            "decode": {"nodesPerReplica": 2, "tensorParallel": 2, "customContainer": {"image": "i", "port": 5557}},
+        },
+        "spec.decode.nodesPerReplica",
+        "a custom decode container runs as one pod per replica",
+        "set nodesPerReplica to 1",
+        ok={
+            "transfer": CUSTOM,
+            "decode": {"nodesPerReplica": 1, "tensorParallel": 2, "customContainer": {"image": "i", "port": 5557}},
+        },
+        cel="spec.decode.nodesPerReplica",
+        cel_message="a custom decode container runs as one pod per replica",
+    ),
+    BadSpec(
+        "lmcache-with-mooncake-store",
+        {"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "mooncake"}}},
+        "spec.kvCache.store.type",
+        "with a Mooncake store the LMCache server would not be deployed",
+        "use store type lmcache",
+        ok={"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "lmcache"}}},
+        cel="spec.kvCache.store.type",
+        cel_message="connector lmcache needs its LMCache server",
+    ),
+    BadSpec(
+        "value-from-no-source",
+        {"engine": {"env": [{"name": "A", "valueFrom": {}}]}},
+        "spec.engine.env[0].valueFrom",
+        "valueFrom names 0 sources",
+        "set exactly one of secretKeyRef, configMapKeyRef or fieldRef",
+        ok={"engine": {"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}},
+        cel="spec.engine.env[0].valueFrom",
+        cel_message="set exactly one of secretKeyRef, configMapKeyRef or fieldRef",
+    ),
+    BadSpec(
+        "toleration-exists-with-value",
+        pools(decode={"scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "operator Exists matches any value",
+        "remove value, or use Equal",
+        ok=pools(decode={"scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="a toleration with operator Exists matches any value",
+    ),
+    BadSpec(
+        "toleration-without-key",
+        pools(decode={"scheduling": {"tolerations": [{"value": "x"}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "a toleration without a key matches every taint",
+        "set key, or set operator Exists",
+        ok=pools(decode={"scheduling": {"tolerations": [{"operator": "Exists"}]}}),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="a toleration without a key matches every taint",
+    ),
+    BadSpec(
+        "toleration-seconds-without-no-execute",
+        pools(decode={"scheduling": {"tolerations": [{"key": "a", "operator": "Exists", "tolerationSeconds": 5}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "tolerationSeconds applies to NoExecute taints only",
+        "set effect NoExecute",
+        ok=pools(
+            decode={
+                "scheduling": {
+                    "tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]
+                }
+            }
+        ),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="tolerationSeconds applies to NoExecute taints only",
+    ),
 ]
 
 
 @functools.cache
-def _program(rule: str) -> Any:
+def cel_program(rule: str) -> Any:
+    """A CEL rule compiled once."""
     environment = celpy.Environment()
     return environment.program(environment.compile(rule))
 
@@ -797,7 +883,7 @@ def _program(rule: str) -> Any:
 def violated_cel_rules(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
     """Every CEL rule the (defaulted) value breaks, as (rule, field path, message)."""
     for rule in schema.get("x-kubernetes-validations", []):
-        outcome = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
+        outcome = cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
         if isinstance(outcome, Exception) or not bool(outcome):
             yield rule["rule"], path + rule.get("fieldPath", ""), rule["message"]
     if isinstance(value, dict):

@@ -13,6 +13,7 @@ from disagg.names import POOLS
 from .deployment import DisaggDeploymentSpec
 from .engine import EngineSettings
 from .errors import Problem
+from .object_rules import OBJECT_RULES, flag_name
 from .owned import (
     ENGINE_HTTP_PORT,
     FIELD_BACKED_ENGINE_ENV,
@@ -36,9 +37,10 @@ Rule = Callable[[DisaggDeploymentSpec, ResolvedFamily], Iterator[Problem]]
 
 
 def check_spec(spec: DisaggDeploymentSpec) -> list[Problem]:
-    """Run every rule; the result is sorted so reports are stable."""
+    """Run every rule, and those that keep the rendered objects acceptable to the API server (object_rules.py);
+    the result is sorted so reports are stable."""
     family = resolve_family(spec.model)
-    return sorted({problem for check in RULES for problem in check(spec, family)})
+    return sorted({problem for check in [*RULES, *OBJECT_RULES] for problem in check(spec, family)})
 
 
 def _pools(spec: DisaggDeploymentSpec) -> Iterator[tuple[PoolName, PoolSpec]]:
@@ -470,7 +472,7 @@ def _owned_flag_problems(path: str, args: ArgList, owned: dict[str, str], scope:
     for index, arg in enumerate(args):
         if not arg.startswith("-"):
             continue
-        flag = arg.split("=", 1)[0]
+        flag = flag_name(arg)  # vLLM reads --tensor_parallel_size as --tensor-parallel-size
         if flag in owned:
             yield Problem(f"{path}[{index}]", f"{flag} is rendered by the operator", _owned_fix(owned[flag], scope))
             continue

@@ -45,6 +45,14 @@ import click
     show_default=True,
     help="How often every DisaggDeployment is reconciled even without an event (drift repair).",
 )
+@click.option(
+    "--prometheus-url",
+    "prometheus_urls",
+    multiple=True,
+    envvar="DISAGG_PROMETHEUS_URLS",
+    help="Base URL of a Prometheus that DisaggDeployments may name in spec.scaling.metrics.prometheus.url "
+    "(repeatable; the variable takes a space-separated list). No other URL is ever contacted. Default: none.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -53,6 +61,7 @@ def run(
     metrics_port: int,
     workers: int,
     resync_seconds: float,
+    prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -65,4 +74,16 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
-    asyncio.run(run_operator(list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds))
+    for url in prometheus_urls:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--prometheus-url")
+    asyncio.run(
+        run_operator(
+            list(namespaces),
+            liveness_port or None,
+            metrics_port or None,
+            workers,
+            resync_seconds,
+            prometheus_urls=tuple(prometheus_urls),
+        )
+    )

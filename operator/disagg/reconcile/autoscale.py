@@ -24,6 +24,7 @@ from .children import REPLICAS_MANAGER, ChildKey
 from .conditions import ConditionUpdate
 from .events import Notice
 from .kube import Kube
+from .metrics_access import not_allowed_message, prometheus_allowed
 from .ownership import replicas_patch
 from .workqueue import Key
 
@@ -53,8 +54,12 @@ def scaled_pools(spec: DisaggDeploymentSpec) -> list[PoolName]:
 
 
 class Autoscaler:
-    def __init__(self, kube: Kube, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, kube: Kube, wall_clock: Callable[[], float] = time.time, allowed_prometheus: tuple[str, ...] = ()
+    ) -> None:
         self.kube = kube
+        self.allowed_prometheus = allowed_prometheus
+        """Prometheus base URLs the install allows (D76); a spec naming any other gets no scaling."""
         self.wall_clock = wall_clock
         self.direct = DirectSource()
         self.prometheus: dict[str, PrometheusSource] = {}
@@ -92,6 +97,10 @@ class Autoscaler:
                     f"an external autoscaler (HPA/KEDA) owns the replicas of: {', '.join(external)}",
                 )
             return report
+        refusal = self._refused_source(spec)
+        if refusal is not None:
+            report.condition = ConditionUpdate("ScalingActive", "False", "MetricsSourceNotAllowed", refusal)
+            return report
         now = self.wall_clock()
         if now < self.next_due.get(key, 0.0):
             return report  # not due: the status keeps the last decision
@@ -104,6 +113,15 @@ class Autoscaler:
         )
         await self._actuate(key, plan, live, decision, stamp, report)
         return report
+
+    def _refused_source(self, spec: DisaggDeploymentSpec) -> str | None:
+        """Why the spec's metrics source may not be used (a Prometheus the install does not allow), if it may not."""
+        prometheus = spec.scaling.metrics.prometheus
+        if spec.scaling.metrics.source != "prometheus" or prometheus is None:
+            return None
+        if prometheus_allowed(prometheus.url, self.allowed_prometheus):
+            return None
+        return not_allowed_message(prometheus.url, self.allowed_prometheus)
 
     async def _observe(self, key: Key, spec: DisaggDeploymentSpec, pods: list[dict[str, Any]], now: float) -> Any:
         namespace, name = key

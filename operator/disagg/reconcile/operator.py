@@ -80,7 +80,12 @@ def build_registry(reconciler: Reconciler, stop: asyncio.Event | None = None) ->
 
 
 async def run_operator(
-    namespaces: list[str], liveness_port: int | None, metrics_port: int | None, workers: int, resync_seconds: float
+    namespaces: list[str],
+    liveness_port: int | None,
+    metrics_port: int | None,
+    workers: int,
+    resync_seconds: float,
+    prometheus_urls: tuple[str, ...] = (),
 ) -> None:
     """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
     stop = asyncio.Event()
@@ -90,7 +95,7 @@ async def run_operator(
     if metrics_port:
         metrics.serve(metrics_port)
     kube = await Kube.connect()
-    autoscaler = Autoscaler(kube)
+    autoscaler = Autoscaler(kube, allowed_prometheus=prometheus_urls)
     reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler)
     registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None

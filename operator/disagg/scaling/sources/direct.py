@@ -33,8 +33,9 @@ class DirectSource:
     async def _fetch(self, ip: str) -> str:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S))
-        async with self._session.get(f"http://{ip}:{self._port}/metrics") as response:
-            response.raise_for_status()
+        async with self._session.get(f"http://{ip}:{self._port}/metrics", allow_redirects=False) as response:
+            if response.status != 200:
+                raise ValueError(f"HTTP {response.status}")
             return await response.text()
 
     async def observe(self, namespace: str, name: str, pods: list[dict[str, Any]], now: float) -> Observation:

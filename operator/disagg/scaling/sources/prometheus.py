@@ -50,6 +50,22 @@ def _scalar(payload: dict[str, Any]) -> float | None:
     return None if value != value or value in (float("inf"), float("-inf")) else value  # NaN/Inf: no data
 
 
+class _Unusable(Exception):
+    """An answer that gives no value, described without its content."""
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, _Unusable):
+        return str(exc)
+    if isinstance(exc, TimeoutError):
+        return "did not answer in time"
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return "could not be reached"
+    if isinstance(exc, ValueError):  # the body is not JSON
+        return "answered something that is not JSON"
+    return f"failed ({type(exc).__name__})"
+
+
 class PrometheusSource:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
@@ -62,12 +78,18 @@ class PrometheusSource:
     async def _query(self, expression: str) -> float | None:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S))
-        async with self._session.get(f"{self.url}/api/v1/query", params={"query": expression}) as response:
-            response.raise_for_status()
-            payload = await response.json()
-        if payload.get("status") != "success":
-            raise ValueError(payload.get("error", "query failed"))
-        return _scalar(payload)
+        # No redirects: the install allows this URL (D76), not wherever its answer points.
+        query = {"query": expression}
+        async with self._session.get(f"{self.url}/api/v1/query", params=query, allow_redirects=False) as response:
+            if response.status != 200:
+                raise _Unusable(f"answered HTTP {response.status}")
+            payload = await response.json(content_type=None)
+        try:
+            if payload.get("status") != "success":
+                raise _Unusable("answered a failed query")
+            return _scalar(payload)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+            raise _Unusable("answered something that is not a Prometheus query result") from None
 
     async def observe(
         self, namespace: str, name: str, pods: list[dict[str, Any]], now: float, window_s: float
@@ -86,8 +108,8 @@ class PrometheusSource:
         queries = pool_queries(pool_selector(namespace, name, pool), window)
         try:
             values = await asyncio.gather(*(self._query(expression) for expression in queries.values()))
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            return missing(pool, now, f"Prometheus at {self.url} failed: {exc}", len(members.ready), members.starting)
+        except Exception as exc:  # described in our words: status never echoes what the endpoint sent (D76)
+            return missing(pool, now, f"Prometheus at {self.url} {_failure(exc)}", len(members.ready), members.starting)
         fields = dict(zip(queries, values, strict=True))
         if fields["request_rate"] is None and fields["running_requests"] is None:
             return missing(
