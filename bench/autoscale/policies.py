@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO / "operator"))
 from sim import ITL_SLO_MS, MAX_GPUS, MAX_REPLICAS, TTFT_SLO_MS  # noqa: E402
 
 from disagg.api.deployment import DisaggDeploymentSpec  # noqa: E402 - the repository's own code, not a copy
-from disagg.scaling.policy import PolicyState, decide  # noqa: E402
+from disagg.scaling.policy import PolicyState, config_from_spec, decide  # noqa: E402
 from disagg.scaling.snapshot import Observation, PoolSnapshot  # noqa: E402
 
 INTERVAL_S = 15.0
@@ -156,7 +156,7 @@ class Ours(_Ticking):
 
     def __init__(self) -> None:
         super().__init__()
-        self.spec = spec(self.interval_s)
+        self.config = config_from_spec(spec(self.interval_s))
         self.state: PolicyState | None = None
 
     def evaluate(self, now: float, snapshot: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -164,7 +164,7 @@ class Ours(_Ticking):
             prefill=self.window.snapshot("prefill", now, snapshot),
             decode=self.window.snapshot("decode", now, snapshot),
         )
-        decision = decide(self.spec, observation, self.state, now)
+        decision = decide(self.config, observation, self.state, now)
         self.state = decision.state
         p = decision.prefill.replicas if decision.prefill else None
         d = decision.decode.replicas if decision.decode else None

@@ -14,17 +14,17 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "operator" / "disagg"
-LAYERS = ["api", "plan", "render", "scaling", "reconcile", "cli"]
+LAYERS = ["api", "plan", "render", "scaling", "metrics_sources", "reconcile", "cli"]
 """Bottom to top: a module may import its own layer and the layers before it, never one after it."""
 PURE = [
     "api",
     "plan",
     "render",
-    "scaling/policy",
-    "scaling/snapshot",
-    "scaling/promtext",
-    "scaling/window",
-    "scaling/sources/base",
+    "scaling",
+    "metrics_sources/source",
+    "metrics_sources/pods",
+    "metrics_sources/promtext",
+    "metrics_sources/window",
 ]
 PURE_EXCEPTIONS = {"prometheus_client.parser"}
 """The text-format parser is a pure function; the rest of prometheus_client holds registries and servers."""

@@ -74,14 +74,14 @@ class Run:
     """Feeds the policy one observation per interval, carrying its state like the shell will."""
 
     def __init__(self, spec: DisaggDeploymentSpec, tuning: Tuning | None = None) -> None:
-        self.spec = spec
+        self.config = config_from_spec(spec)  # once, as the shell does
         self.tuning = tuning or Tuning()
         self.state: PolicyState | None = None
         self.now = 0.0
         self.decisions: list[Decision] = []
 
     def step(self, prefill: PoolSnapshot, decode: PoolSnapshot) -> Decision:
-        decision = decide(self.spec, Observation(prefill, decode), self.state, self.now, self.tuning)
+        decision = decide(self.config, Observation(prefill, decode), self.state, self.now, self.tuning)
         self.state = decision.state
         self.decisions.append(decision)
         self.now += INTERVAL
@@ -290,23 +290,29 @@ def test_bad_metrics_hold_the_last_decision_with_a_reason(bad: Any, reason: str)
 
 
 def test_missing_metrics_on_the_first_call_keep_what_exists_never_zero() -> None:
-    d = decide(make_spec(), Observation(missing("prefill", 0.0, "down"), missing("decode", 0.0, "down")), None, 0.0)
+    d = decide(
+        config_from_spec(make_spec()),
+        Observation(missing("prefill", 0.0, "down"), missing("decode", 0.0, "down")),
+        None,
+        0.0,
+    )
     assert replicas(d) == (2, 3)  # spec.replicas: the starting point
     assert d.prefill is not None and d.prefill.hold == "MetricsMissing"
 
 
 def test_pools_the_operator_does_not_scale_get_no_decision() -> None:
     spec = make_spec(decode={"autoscaling": {"enabled": True, "controller": "external"}})
-    d = decide(spec, Observation(prefill_snap(0.0), decode_snap(0.0)), None, 0.0)
+    d = decide(config_from_spec(spec), Observation(prefill_snap(0.0), decode_snap(0.0)), None, 0.0)
     assert d.decode is None and d.prefill is not None
 
 
 def test_the_policy_is_deterministic() -> None:
-    spec = make_spec()
+    config = config_from_spec(make_spec())
+    assert config_from_spec(make_spec()) == config
     obs = Observation(prefill_snap(30.0, rps=45.0, ttft=0.5, waiting=2), decode_snap(30.0, kv=0.5))
-    first = decide(spec, obs, None, 30.0)
-    assert decide(spec, obs, None, 30.0) == first
-    assert decide(config_from_spec(spec), obs, first.state, 45.0) == decide(spec, obs, first.state, 45.0)
+    first = decide(config, obs, None, 30.0)
+    assert decide(config, obs, None, 30.0) == first
+    assert decide(config, obs, first.state, 45.0) == decide(config_from_spec(make_spec()), obs, first.state, 45.0)
 
 
 def test_a_decode_queue_is_decode_s_problem_not_prefill_s() -> None:
@@ -331,9 +337,12 @@ def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
             waiting_requests=0.0, kv_cache_usage=0.35, itl_p90_s=0.017,
         )  # fmt: skip
 
-    free = decide(make_spec(), Observation(prefill_snap(0.0), short(0.0)), None, 0.0)
+    free = decide(config_from_spec(make_spec()), Observation(prefill_snap(0.0), short(0.0)), None, 0.0)
     capped = decide(
-        make_spec(decode={"engine": {"maxNumSeqs": 64}}), Observation(prefill_snap(0.0), short(0.0)), None, 0.0
+        config_from_spec(make_spec(decode={"engine": {"maxNumSeqs": 64}})),
+        Observation(prefill_snap(0.0), short(0.0)),
+        None,
+        0.0,
     )
     assert free.decode is not None and capped.decode is not None
     assert capped.decode.replicas > free.decode.replicas

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from disagg.api.pool import PoolName
+from disagg.scaling.snapshot import MetricsHealth, PoolSnapshot, missing
 
 from .promtext import Histogram, Scrape
-from .snapshot import MetricsHealth, PoolSnapshot, missing
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import aiohttp
 from disagg.api.pool import PoolName
 from disagg.scaling.snapshot import MetricsHealth, Observation, PoolSnapshot, missing
 
-from .base import pool_pods
+from .pods import pool_pods
 
 QUERY_TIMEOUT_S = 5.0
 
@@ -58,6 +58,9 @@ class PrometheusSource:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Nothing to drop: every evaluation queries Prometheus afresh."""
 
     async def _query(self, expression: str) -> float | None:
         if self._session is None:

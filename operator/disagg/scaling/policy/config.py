@@ -1,0 +1,174 @@
+"""Configuration: what the policy reads from the spec, once, as plain numbers; and the control law's constants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.pool import PoolName
+from disagg.api.resolve import effective_engine, gpus_per_replica, operator_scales, pool_of
+from disagg.api.units import parse_duration
+
+POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
+
+# Defaults of spec.scaling.scaleUp/scaleDown when unset (documented on ScaleBehavior).
+DEFAULT_UP_WINDOW_S = 0.0
+DEFAULT_DOWN_WINDOW_S = 300.0
+DEFAULT_UP_STEP = 4
+DEFAULT_DOWN_STEP = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Constants of the control law that are not in the API. docs/autoscaling.md says why each has its value."""
+
+    ttft_margin: float = 0.7
+    """Let queueing use this share of what the p90 prefill time leaves of the TTFT target: windowed p90s are noisy
+    and arrivals burstier than Poisson. (On the wait, not the whole TTFT: with long prompts the prefill time alone
+    can be most of the target, and a margin on the total would leave no room to queue at all.)"""
+    queue_factor_prior: float = 3.0
+    """k in wait_p90 ~= k * rho * S / (2 (1 - rho)) until learned: the M/D/1 mean wait (k = 1) scaled to a tail
+    percentile. Like Kingman's (ca^2 + cs^2) / 2, k grows with the burstiness of arrivals, so it is learned."""
+    queue_factor_min: float = 1.0
+    queue_factor_max: float = 100.0
+    learn_min_utilization: float = 0.3
+    """Below this utilisation the queueing part of TTFT is too small to measure k from."""
+    learn_max_utilization: float = 0.8
+    service_p90_factor: float = 2.0
+    """Prefill time of the p90 prompt over that of the mean prompt, when the source gives no prompt-length p90."""
+    min_utilization: float = 0.25
+    max_utilization: float = 0.85
+    prefill_capacity_prior: float = 10_000.0
+    """Prompt tokens/s per GPU assumed until the pool reports its own capacity: deliberately pessimistic."""
+    capacity_smoothing: float = 0.3
+    backlog_drain_s: float = 60.0
+    """Queued prompts are added to demand as if they had to be cleared within this time."""
+
+    itl_margin: float = 0.7
+    """Aim decode at this share of the ITL target."""
+    kv_ceiling: float = 0.85
+    """Never plan decode above this KV usage: past it vLLM preempts and ITL is no longer the limit."""
+    kv_floor: float = 0.05
+    itl_prior_idle_share: float = 0.25
+    """Prior of the ITL fit: idle ITL is this share of the target..."""
+    itl_prior_usage_at_target: float = 0.6
+    """...and the target is reached at this KV usage (KV reads alone). The priors fade as observations accumulate."""
+    itl_prior_batch_share: float = 0.25
+    """...and a full batch (maxNumSeqs) of sequences adds this share of what the target leaves above idle, on top of
+    their KV reads: per-sequence work in every step."""
+    itl_prior_weight: float = 2.0
+    itl_fit_half_life_s: float = 600.0
+    concurrency_z: float = 1.0
+    """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation."""
+    max_batch: float = 256.0
+    """vLLM's default max_num_seqs, used when the spec does not set one: a replica never runs more sequences."""
+
+    correction_smoothing: float = 0.3
+    """EWMA weight of a new sample of k when it is above the current estimate..."""
+    correction_decay: float = 0.05
+    """...and when it is below: burstiness is a property of the traffic, learned fast and forgotten slowly, so
+    a calm interval at low load does not undo what the last burst taught."""
+
+    feedback_min_queue: float = 1.0
+    """The feedback path needs at least this many requests queued on average: a broken TTFT with an empty prefill
+    queue is not prefill's doing (in P/D it is usually the decode admission that just drained)."""
+    draining_share: float = 0.7
+    """The queue counts as draining, and the feedback path waits, when it fell below this share of the last one."""
+    decode_queue_share: float = 0.05
+    """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
+
+    burst_hold_windows: float = 3.0
+    """After the pool was caught short (see `burst_factor`), scale down only to the highest recommendation of this
+    many scaleDown stabilisation windows (15 min with the default 5 min): a load that jumped faster than replicas
+    start once is likely to jump again, and its first minutes are lost whatever the reaction. A multiple of the
+    spec's window, so a user who asks for fast release still gets it. Proposed as an API field in
+    docs/autoscaling.md."""
+    burst_factor: float = 2.0
+    """Caught short: a scale-up while the SLO was already broken, or to at least this many times (and two more
+    than) the replicas the pool had."""
+
+    rise_t: float = 2.0
+    """No scale-down while the need's slope over the scaleDown window is positive at this t-statistic..."""
+    rise_min: float = 0.1
+    """...and adds up to at least this many replicas over the window."""
+
+    down_tolerance: float = 0.1
+    """Scale down to k replicas only when the need is below k * (1 - tolerance): a hysteresis band."""
+    down_sensitivity: float = 0.85
+    """Scale down only if observed latency is below this share of the target."""
+    stale_after_intervals: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    name: PoolName
+    scaled: bool
+    """Whether this policy owns the pool's replicas (autoscaling enabled with the operator controller)."""
+    min_replicas: int
+    max_replicas: int
+    gpus_per_replica: int
+    spec_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Everything the policy reads from the DisaggDeploymentSpec, as plain numbers in seconds."""
+
+    ttft_target_s: float | None
+    itl_target_s: float | None
+    interval_s: float
+    """How often the shell evaluates (spec.scaling.interval; 30 s when unset or zero). The only parse of it: the
+    reconciler's requeue reads it from here too."""
+    up_window_s: float
+    down_window_s: float
+    up_step: int
+    down_step: int
+    max_gpus: int | None
+    ratio_min: float | None
+    ratio_max: float | None
+    prefill: PoolLimits
+    decode: PoolLimits
+    decode_max_batch: int | None = None
+    """The decode engines' max_num_seqs, when the spec sets it: no replica runs more sequences."""
+
+    def limits(self, name: PoolName) -> PoolLimits:
+        return self.prefill if name == "prefill" else self.decode
+
+
+def _seconds(value: str | None, default: float | None) -> float | None:
+    return default if value is None else float(parse_duration(value))
+
+
+def config_from_spec(spec: DisaggDeploymentSpec) -> PolicyConfig:
+    scaling = spec.scaling
+
+    def limits(name: PoolName) -> PoolLimits:
+        pool = pool_of(spec, name)
+        auto = pool.autoscaling
+        return PoolLimits(
+            name=name,
+            scaled=operator_scales(pool),
+            min_replicas=auto.min_replicas,
+            max_replicas=auto.max_replicas if auto.max_replicas is not None else max(pool.replicas, 1),
+            gpus_per_replica=gpus_per_replica(pool),
+            spec_replicas=pool.replicas,
+        )
+
+    return PolicyConfig(
+        ttft_target_s=_seconds(scaling.slo.ttft_p90, None),
+        itl_target_s=_seconds(scaling.slo.itl_p90, None),
+        interval_s=_seconds(scaling.interval, 30.0) or 30.0,
+        up_window_s=_seconds(scaling.scale_up.stabilization_window, DEFAULT_UP_WINDOW_S) or 0.0,
+        down_window_s=_seconds(scaling.scale_down.stabilization_window, DEFAULT_DOWN_WINDOW_S) or 0.0,
+        up_step=scaling.scale_up.max_step or DEFAULT_UP_STEP,
+        down_step=scaling.scale_down.max_step or DEFAULT_DOWN_STEP,
+        max_gpus=scaling.max_gpus,
+        ratio_min=scaling.ratio.min,
+        ratio_max=scaling.ratio.max,
+        prefill=limits("prefill"),
+        decode=limits("decode"),
+        decode_max_batch=effective_engine(spec, "decode").max_num_seqs,
+    )
+
+
+DEFAULT_TUNING = Tuning()

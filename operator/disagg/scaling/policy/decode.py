@@ -1,0 +1,150 @@
+"""The decode model: ITL p90 = a + b * KV usage + c * batch / maxNumSeqs fitted online, the batch per replica that
+meets the ITL target, and Little's law on generated tokens with square-root headroom."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from disagg.scaling.snapshot import PoolSnapshot
+
+from .config import PolicyConfig, Tuning
+from .proposal import Proposal, feedback_need
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments
+
+
+def learn_decode(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, now: float, tuning: Tuning
+) -> PolicyState:
+    if snap.itl_p90_s is None or snap.kv_cache_usage is None or not snap.running_requests:
+        return state
+    fit = state.itl_fit
+    decay = 1.0 if fit.at is None else 0.5 ** (max(now - fit.at, 0.0) / tuning.itl_fit_half_life_s)
+    x = (1.0, snap.kv_cache_usage, snap.running_requests / snap.ready_replicas / batch_cap(config, tuning))
+    sample = moments(x, snap.itl_p90_s, 1.0)
+    return replace(
+        state,
+        itl_fit=ItlFit(moments=tuple(m * decay + v for m, v in zip(fit.moments, sample, strict=True)), at=now),
+    )
+
+
+def batch_cap(config: PolicyConfig, tuning: Tuning) -> float:
+    return float(config.decode_max_batch or tuning.max_batch)
+
+
+@dataclass(frozen=True, slots=True)
+class ItlModel:
+    """ITL p90 = idle + per_usage * KV usage + per_batch * (sequences per replica / batch cap)."""
+
+    idle: float
+    per_usage: float
+    per_batch: float
+
+    def sequences_at(self, itl: float, usage_per_sequence: float, max_batch: float) -> float:
+        """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache."""
+        per_sequence = self.per_usage * usage_per_sequence + self.per_batch / max_batch
+        return max(itl - self.idle, 0.0) / max(per_sequence, 1e-12)
+
+
+def itl_model(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> ItlModel:
+    """Least squares on the observations plus three prior points that fade as data accumulates: idle ITL at a share
+    of the target; the target reached at a KV usage (KV reads); a full batch of tiny sequences adding a share of
+    the target (per-sequence work). One workload mix puts the data on a line in (u, q); the priors decide the rest
+    until a mix change separates the two costs."""
+    target = config.itl_target_s or 0.05
+    idle = tuning.itl_prior_idle_share * target
+    per_usage = (target - idle) / tuning.itl_prior_usage_at_target
+    per_batch = tuning.itl_prior_batch_share * (target - idle)
+    prior = ((0.0, 0.0, idle), (tuning.itl_prior_usage_at_target, 0.0, target), (0.0, 1.0, idle + per_batch))
+    sums = list(state.itl_fit.moments)
+    for u, q, y in prior:
+        for k, v in enumerate(moments((1.0, u, q), y, tuning.itl_prior_weight)):
+            sums[k] += v
+    m = {key: sums[k] for k, key in enumerate(MOMENTS)}
+
+    def gram(i: int, j: int) -> float:
+        return m[(min(i, j), max(i, j))]
+
+    # ITL does not fall as load grows: a coefficient the data drives below its floor is pinned there and the
+    # others refitted. Floors: a quarter of the prior slope for KV reads, zero for the per-sequence part.
+    floors = {1: 0.25 * per_usage, 2: 0.0}
+    pinned: dict[int, float] = {}
+    for _ in range(3):
+        free = [i for i in range(3) if i not in pinned]
+        rhs = [m[(i, -1)] - sum(gram(i, j) * v for j, v in pinned.items()) for i in free]
+        solved = solve([[gram(i, j) for j in free] for i in free], rhs)
+        coefficients = dict(zip(free, solved, strict=True)) if solved is not None else {0: idle, 1: per_usage, 2: 0.0}
+        coefficients.update(pinned)
+        low = [i for i, floor in floors.items() if i not in pinned and coefficients[i] < floor]
+        if not low:
+            break
+        pinned[low[0]] = floors[low[0]]
+    return ItlModel(max(coefficients[0], 0.0), coefficients[1], coefficients[2])
+
+
+def solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting for the small normal equations; None when singular."""
+    n = len(b)
+    rows = [[*a[i], b[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) < 1e-12:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(col + 1, n):
+            factor = rows[r][col] / rows[col][col]
+            rows[r] = [v - factor * w for v, w in zip(rows[r], rows[col], strict=True)]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (rows[r][n] - sum(rows[r][k] * out[k] for k in range(r + 1, n))) / rows[r][r]
+    return out
+
+
+def propose_decode(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, memory: PoolMemory, tuning: Tuning
+) -> Proposal:
+    """Little's law on generated tokens: the rate is the same whatever the replica count, unlike KV usage or
+    concurrency, which grow when fewer replicas make every token slower."""
+    target = config.itl_target_s or 0.05
+    usage, running, rate = snap.kv_cache_usage, snap.running_requests or 0.0, snap.generation_token_rate
+    if usage is None or rate is None or running < 1.0:
+        # Nothing to measure the cost of a sequence on (idle or unknown): size by the floor of one busy replica.
+        current = memory.replicas if memory.replicas is not None else snap.ready_replicas + snap.starting_replicas
+        idle = usage is not None and rate is not None and rate <= 0.0
+        need = 0.0 if idle else float(current)
+        return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
+    usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
+    model = itl_model(config, state, tuning)
+    itl_at_target = tuning.itl_margin * target
+    max_batch = batch_cap(config, tuning)
+    batch = min(
+        model.sequences_at(itl_at_target, usage_per_sequence, max_batch),
+        tuning.kv_ceiling / usage_per_sequence,
+        max_batch,
+    )
+    batch = max(batch, 1.0)
+    # Sequences waiting for a decode slot need one too (Little's law only counts those being served).
+    waiting = snap.waiting_requests or 0.0
+    concurrency = rate * itl_at_target + waiting
+    headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
+    need = concurrency * headroom / batch
+    why = (
+        f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
+        f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
+        f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"
+    )
+    # A few sequences waiting a moment for their KV transfer are not a shortage; a queue this share of the batch is.
+    material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    queued = (running + waiting) / running if material else 0.0
+    # A batch near maxNumSeqs has no slot left for the next arrivals, whatever the ITL says yet.
+    full = running / snap.ready_replicas / max_batch / tuning.kv_ceiling
+    worst = max((snap.itl_p90_s or 0.0) / target, usage / tuning.kv_ceiling, full, queued)
+    fb = feedback_need(memory, snap, worst, tuning)
+    feedback = fb is not None and fb > need
+    if feedback and fb is not None:
+        need = fb
+        why = f"ITL p90 {snap.itl_p90_s or 0:.4f}s / KV {usage:.2f} / batch / queue past the limits; " + why
+    itl = snap.itl_p90_s
+    safe = (itl is None or itl <= tuning.down_sensitivity * target) and (snap.waiting_requests or 0.0) < 1.0
+    note = "" if safe else f"ITL p90 {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
+    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0)
