@@ -22,10 +22,14 @@ def pool_selector(namespace: str, name: str, pool: PoolName) -> str:
 
 def pool_queries(selector: str, window: str) -> dict[str, str]:
     rate = f"[{window}]"
+    computed = f'sum(rate(vllm:prompt_tokens_by_source_total{{{selector},source="local_compute"}}{rate}))'
     return {
         "request_rate": f"sum(rate(vllm:request_success_total{{{selector}}}{rate}))",
         "prompt_token_rate": f"sum(rate(vllm:prompt_tokens_total{{{selector}}}{rate}))",
         "generation_token_rate": f"sum(rate(vllm:generation_tokens_total{{{selector}}}{rate}))",
+        "computed_prompt_token_rate": computed,
+        "transferred_prompt_token_rate": f"sum(rate(vllm:prompt_tokens_by_source_total"
+        f'{{{selector},source="external_kv_transfer"}}{rate}))',
         "prefix_hit_rate": f"sum(rate(vllm:prefix_cache_hits_total{{{selector}}}{rate})) / "
         f"sum(rate(vllm:prefix_cache_queries_total{{{selector}}}{rate}))",
         "waiting_requests": f"sum(vllm:num_requests_waiting{{{selector}}})",
@@ -35,9 +39,12 @@ def pool_queries(selector: str, window: str) -> dict[str, str]:
         f"(rate(vllm:time_to_first_token_seconds_bucket{{{selector}}}{rate})))",
         "itl_p90_s": f"histogram_quantile(0.9, sum by (le) "
         f"(rate(vllm:inter_token_latency_seconds_bucket{{{selector}}}{rate})))",
+        "itl_mean_s": f"sum(rate(vllm:inter_token_latency_seconds_sum{{{selector}}}{rate})) / "
+        f"sum(rate(vllm:inter_token_latency_seconds_count{{{selector}}}{rate}))",
         "prompt_tokens_p90": f"histogram_quantile(0.9, sum by (le) "
         f"(rate(vllm:request_prompt_tokens_bucket{{{selector}}}{rate})))",
-        "prefill_tokens_per_busy_s": f"sum(rate(vllm:prompt_tokens_total{{{selector}}}{rate})) / "
+        # Computed tokens where the engine reports them by source (`or` keeps the left side when it has a value).
+        "prefill_tokens_per_busy_s": f"({computed} or sum(rate(vllm:prompt_tokens_total{{{selector}}}{rate}))) / "
         f"sum(rate(vllm:request_prefill_time_seconds_sum{{{selector}}}{rate}))",
     }
 
@@ -105,13 +112,16 @@ class PrometheusSource:
             request_rate=fields["request_rate"],
             prompt_token_rate=fields["prompt_token_rate"],
             generation_token_rate=fields["generation_token_rate"],
+            computed_prompt_token_rate=fields["computed_prompt_token_rate"],
+            transferred_prompt_token_rate=fields["transferred_prompt_token_rate"],
             prefix_hit_rate=fields["prefix_hit_rate"],
             waiting_requests=fields["waiting_requests"],
             running_requests=fields["running_requests"],
             kv_cache_usage=fields["kv_cache_usage"],
             ttft_p90_s=fields["ttft_p90_s"],
             itl_p90_s=fields["itl_p90_s"],
+            itl_mean_s=fields["itl_mean_s"],
             prompt_tokens_p90=fields["prompt_tokens_p90"],
-            prefill_tokens_per_busy_s=fields["prefill_tokens_per_busy_s"],
+            prefill_tokens_per_busy_s=fields["prefill_tokens_per_busy_s"] if pool == "prefill" else None,
             health=MetricsHealth.OK,
         )

@@ -93,6 +93,28 @@ def pool_snapshot(
                 merged[bound] = merged.get(bound, 0.0) + change
         return histogram_quantile(q, sorted(merged.items()))
 
+    def labelled_rate(family: str, value: str) -> float | None:
+        """None when no answering pod reports the family at all (an engine too old for it)."""
+        reported = [(c, p) for c, p in paired if family in c.scrape.labelled]
+        if not reported:
+            return None
+        return (
+            sum(
+                _increase(c.scrape.labelled[family].get(value, 0.0), p.scrape.labelled.get(family, {}).get(value))
+                for c, p in reported
+            )
+            / window
+        )
+
+    def hist_count_increase(name: str) -> float:
+        total = 0.0
+        for current, previous in paired:
+            histogram = current.scrape.histograms.get(name)
+            if histogram is not None:
+                before = previous.scrape.histograms.get(name)
+                total += _increase(histogram.count, before.count if before else None)
+        return total
+
     def hist_sum_increase(name: str) -> float:
         total = 0.0
         for current, previous in paired:
@@ -104,7 +126,12 @@ def pool_snapshot(
 
     queries = rate("vllm:prefix_cache_queries")
     prompt_rate = rate("vllm:prompt_tokens")
+    computed = labelled_rate("vllm:prompt_tokens_by_source", "local_compute")
     busy = hist_sum_increase("vllm:request_prefill_time_seconds")
+    # Capacity from the tokens the pool computed: cached tokens cost nothing, and a decode pod's "prefill" is the
+    # KV transfer (its prompt tokens are all external_kv_transfer, so its capacity stays unknown, as it should).
+    work = computed if computed is not None else prompt_rate
+    itl_count = hist_count_increase("vllm:inter_token_latency_seconds")
     usage = [
         current.scrape.gauges["vllm:kv_cache_usage_perc"]
         for current, _ in samples
@@ -120,14 +147,17 @@ def pool_snapshot(
         request_rate=rate("vllm:request_success"),
         prompt_token_rate=prompt_rate,
         generation_token_rate=rate("vllm:generation_tokens"),
+        computed_prompt_token_rate=computed,
+        transferred_prompt_token_rate=labelled_rate("vllm:prompt_tokens_by_source", "external_kv_transfer"),
         prefix_hit_rate=(rate("vllm:prefix_cache_hits") / queries) if queries > 0 else None,
         waiting_requests=gauge_sum("vllm:num_requests_waiting"),
         running_requests=gauge_sum("vllm:num_requests_running"),
         kv_cache_usage=(sum(usage) / len(usage)) if usage else None,
         ttft_p90_s=quantile("vllm:time_to_first_token_seconds"),
         itl_p90_s=quantile("vllm:inter_token_latency_seconds"),
+        itl_mean_s=hist_sum_increase("vllm:inter_token_latency_seconds") / itl_count if itl_count > 0 else None,
         prompt_tokens_p90=quantile("vllm:request_prompt_tokens"),
-        prefill_tokens_per_busy_s=(prompt_rate * window / busy) if busy > 0 else None,
+        prefill_tokens_per_busy_s=(work * window / busy) if pool == "prefill" and busy > 0 and work > 0 else None,
         health=health,
         health_reason=f"{len(unanswered)} of {ready} ready pods did not answer: {', '.join(unanswered)}"
         if unanswered

@@ -12,12 +12,19 @@ vLLM metric each field is meant to come from (window = the scrape interval, rate
 | request_rate | vllm:request_success_total (prefill pool: requests admitted to prefill) |
 | prompt_token_rate | vllm:prompt_tokens_total |
 | generation_token_rate | vllm:generation_tokens_total |
+| computed_prompt_token_rate | vllm:prompt_tokens_by_source_total{source="local_compute"} |
+| transferred_prompt_token_rate | vllm:prompt_tokens_by_source_total{source="external_kv_transfer"} |
 | prefix_hit_rate | vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total |
 | waiting_requests, running_requests | vllm:num_requests_waiting, vllm:num_requests_running (summed over replicas) |
 | kv_cache_usage | vllm:kv_cache_usage_perc (mean over ready replicas, 0..1) |
 | ttft_p90_s, itl_p90_s | histogram_quantile(0.9) of vllm:time_to_first_token_seconds, inter_token_latency_seconds |
+| itl_mean_s | vllm:inter_token_latency_seconds_sum / _count |
 | prompt_tokens_p90 | histogram_quantile(0.9) of vllm:request_prompt_tokens |
-| prefill_tokens_per_busy_s | vllm:prompt_tokens_total / vllm:request_prefill_time_seconds_sum, per replica |
+| prefill_tokens_per_busy_s | computed (else all) prompt tokens / vllm:request_prefill_time_seconds_sum, per replica |
+
+In P/D a decode pod's prompt tokens arrived over the KV connector (`external_kv_transfer`): they are not work, and
+its "prefill time" is the transfer. A prefill pod's work is its `local_compute` tokens. Engines without the
+per-source counter leave the computed rate None, and the policy falls back to prompt tokens x (1 - prefix hit rate).
 """
 
 from __future__ import annotations
@@ -58,6 +65,10 @@ class PoolSnapshot:
     """Prompt tokens per second entering the pool, cached or not."""
     generation_token_rate: float | None = None
     """Output tokens per second produced by the pool."""
+    computed_prompt_token_rate: float | None = None
+    """Prompt tokens per second the pool computed itself (vLLM's `local_compute` source); None when not reported."""
+    transferred_prompt_token_rate: float | None = None
+    """Prompt tokens per second that arrived over the KV connector (`external_kv_transfer`): decode's share in P/D."""
     prefix_hit_rate: float | None = None
     """Share of prompt tokens served from the prefix cache (0..1)."""
     waiting_requests: float | None = None
@@ -70,6 +81,8 @@ class PoolSnapshot:
     """90th percentile time to first token over the window."""
     itl_p90_s: float | None = None
     """90th percentile inter-token latency over the window."""
+    itl_mean_s: float | None = None
+    """Mean inter-token latency over the window, exact (histogram sum / count) where the p90 is interpolated."""
     prompt_tokens_p90: float | None = None
     """90th percentile prompt length over the window: sets the p90 prefill time."""
     prefill_tokens_per_busy_s: float | None = None
@@ -89,11 +102,20 @@ class PoolSnapshot:
         return self.prompt_token_rate / self.request_rate
 
     @property
+    def uncached_share(self) -> float:
+        """Share of prompt tokens the pool computes: from the per-source counter when reported, else 1 - hit rate."""
+        if self.computed_prompt_token_rate is not None and self.prompt_token_rate:
+            return min(max(self.computed_prompt_token_rate / self.prompt_token_rate, 0.0), 1.0)
+        return 1.0 - min(max(self.prefix_hit_rate or 0.0, 0.0), 1.0)
+
+    @property
     def uncached_prompt_token_rate(self) -> float | None:
         """Prompt tokens per second that must actually be computed: the prefill pool's real work."""
+        if self.computed_prompt_token_rate is not None:
+            return self.computed_prompt_token_rate
         if self.prompt_token_rate is None:
             return None
-        return self.prompt_token_rate * (1.0 - min(max(self.prefix_hit_rate or 0.0, 0.0), 1.0))
+        return self.prompt_token_rate * self.uncached_share
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ def service_times(snap: PoolSnapshot, capacity: float, tuning: Tuning) -> tuple[
     mean_prompt = snap.mean_prompt_tokens
     if mean_prompt is None:
         return None
-    uncached = 1.0 - min(max(snap.prefix_hit_rate or 0.0, 0.0), 1.0)
+    uncached = snap.uncached_share
     mean = max(mean_prompt * uncached, 1.0) / capacity
     if snap.prompt_tokens_p90 is None:
         return mean, mean * tuning.service_p90_factor
