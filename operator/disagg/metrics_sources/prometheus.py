@@ -49,6 +49,26 @@ def pool_queries(selector: str, window: str) -> dict[str, str]:
     }
 
 
+def bucket_queries(selector: str, window: str) -> dict[str, str]:
+    """The window's increase of every bucket, one series per `le`."""
+    return {
+        field: f"sum by (le) (increase({metric}_bucket{{{selector}}}[{window}]))"
+        for field, metric in (
+            ("ttft_histogram", "vllm:time_to_first_token_seconds"),
+            ("itl_histogram", "vllm:inter_token_latency_seconds"),
+        )
+    }
+
+
+def buckets_of(payload: dict[str, Any]) -> tuple[tuple[float, float], ...] | None:
+    """A `sum by (le)` vector as a cumulative bucket list; None when empty or without observations."""
+    results = (payload.get("data") or {}).get("result") or []
+    buckets = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in results if "le" in r.get("metric", {}))
+    if not buckets or buckets[-1][1] <= 0 or buckets[-1][1] != buckets[-1][1]:
+        return None
+    return tuple(buckets)
+
+
 def _scalar(payload: dict[str, Any]) -> float | None:
     results = (payload.get("data") or {}).get("result") or []
     if not results:
@@ -69,15 +89,21 @@ class PrometheusSource:
     def forget(self, namespace: str, name: str) -> None:
         """Nothing to drop: every evaluation queries Prometheus afresh."""
 
-    async def _query(self, expression: str) -> float | None:
+    async def _payload(self, expression: str) -> dict[str, Any]:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S))
         async with self._session.get(f"{self.url}/api/v1/query", params={"query": expression}) as response:
             response.raise_for_status()
-            payload = await response.json()
+            payload: dict[str, Any] = await response.json()
         if payload.get("status") != "success":
             raise ValueError(payload.get("error", "query failed"))
-        return _scalar(payload)
+        return payload
+
+    async def _query(self, expression: str) -> float | None:
+        return _scalar(await self._payload(expression))
+
+    async def _buckets(self, expression: str) -> tuple[tuple[float, float], ...] | None:
+        return buckets_of(await self._payload(expression))
 
     async def observe(
         self, namespace: str, name: str, pods: list[dict[str, Any]], now: float, window_s: float
@@ -94,11 +120,14 @@ class PrometheusSource:
     ) -> PoolSnapshot:
         members = pool_pods(pods, pool)
         queries = pool_queries(pool_selector(namespace, name, pool), window)
+        histograms = bucket_queries(pool_selector(namespace, name, pool), window)
         try:
             values = await asyncio.gather(*(self._query(expression) for expression in queries.values()))
+            buckets = await asyncio.gather(*(self._buckets(expression) for expression in histograms.values()))
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             return missing(pool, now, f"Prometheus at {self.url} failed: {exc}", len(members.ready), members.starting)
         fields = dict(zip(queries, values, strict=True))
+        observed = dict(zip(histograms, buckets, strict=True))
         if fields["request_rate"] is None and fields["running_requests"] is None:
             return missing(
                 pool, now, f"Prometheus has no vLLM series for {pool} pods", len(members.ready), members.starting
@@ -121,6 +150,8 @@ class PrometheusSource:
             ttft_p90_s=fields["ttft_p90_s"],
             itl_p90_s=fields["itl_p90_s"],
             itl_mean_s=fields["itl_mean_s"],
+            ttft_histogram=observed["ttft_histogram"],
+            itl_histogram=observed["itl_histogram"],
             prompt_tokens_p90=fields["prompt_tokens_p90"],
             prefill_tokens_per_busy_s=fields["prefill_tokens_per_busy_s"] if pool == "prefill" else None,
             health=MetricsHealth.OK,

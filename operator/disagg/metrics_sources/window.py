@@ -83,7 +83,7 @@ def pool_snapshot(
         values = [current.scrape.gauges[name] for current, _ in samples if name in current.scrape.gauges]
         return sum(values) if values else None
 
-    def quantile(name: str, q: float = 0.9) -> float | None:
+    def window_buckets(name: str) -> tuple[tuple[float, float], ...]:
         merged: dict[float, float] = {}
         for current, previous in paired:
             histogram = current.scrape.histograms.get(name)
@@ -91,7 +91,14 @@ def pool_snapshot(
                 continue
             for bound, change in _delta_buckets(histogram, previous.scrape.histograms.get(name)).items():
                 merged[bound] = merged.get(bound, 0.0) + change
-        return histogram_quantile(q, sorted(merged.items()))
+        return tuple(sorted(merged.items()))
+
+    def quantile(name: str, q: float = 0.9) -> float | None:
+        return histogram_quantile(q, list(window_buckets(name)))
+
+    def observed(name: str) -> tuple[tuple[float, float], ...] | None:
+        buckets = window_buckets(name)
+        return buckets if buckets and buckets[-1][1] > 0 else None
 
     def labelled_rate(family: str, value: str) -> float | None:
         """None when no answering pod reports the family at all (an engine too old for it)."""
@@ -156,6 +163,8 @@ def pool_snapshot(
         ttft_p90_s=quantile("vllm:time_to_first_token_seconds"),
         itl_p90_s=quantile("vllm:inter_token_latency_seconds"),
         itl_mean_s=hist_sum_increase("vllm:inter_token_latency_seconds") / itl_count if itl_count > 0 else None,
+        ttft_histogram=observed("vllm:time_to_first_token_seconds"),
+        itl_histogram=observed("vllm:inter_token_latency_seconds"),
         prompt_tokens_p90=quantile("vllm:request_prompt_tokens"),
         prefill_tokens_per_busy_s=(work * window / busy) if pool == "prefill" and busy > 0 and work > 0 else None,
         health=health,

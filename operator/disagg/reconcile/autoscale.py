@@ -15,7 +15,9 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.pool import PoolName
 from disagg.api.resolve import operator_scales, pool_of
 from disagg.api.units import parse_duration
-from disagg.metrics_sources import DirectSource, MetricsSource, PrometheusSource
+from disagg.metrics_sources.direct import DirectSource
+from disagg.metrics_sources.prometheus import PrometheusSource
+from disagg.metrics_sources.source import MetricsSource
 from disagg.plan.model import DeploymentPlan
 from disagg.scaling.policy import Decision, PolicyConfig, PolicyState, config_from_spec, decide
 from disagg.scaling.snapshot import Observation

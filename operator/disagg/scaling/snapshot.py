@@ -19,6 +19,7 @@ vLLM metric each field is meant to come from (window = the scrape interval, rate
 | kv_cache_usage | vllm:kv_cache_usage_perc (mean over ready replicas, 0..1) |
 | ttft_p90_s, itl_p90_s | histogram_quantile(0.9) of vllm:time_to_first_token_seconds, inter_token_latency_seconds |
 | itl_mean_s | vllm:inter_token_latency_seconds_sum / _count |
+| ttft_histogram, itl_histogram | the window's increase of each bucket of those two histograms |
 | prompt_tokens_p90 | histogram_quantile(0.9) of vllm:request_prompt_tokens |
 | prefill_tokens_per_busy_s | computed (else all) prompt tokens / vllm:request_prefill_time_seconds_sum, per replica |
 
@@ -29,10 +30,31 @@ per-source counter leave the computed rate None, and the policy falls back to pr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from disagg.api.pool import PoolName
+
+Histogram = tuple[tuple[float, float], ...]
+"""Cumulative bucket counts: (upper bound, observations at or below it), ascending, ending with +Inf."""
+
+
+def share_above(histogram: Histogram | None, threshold: float) -> float | None:
+    """Share of a histogram's observations above `threshold`, interpolating linearly inside the bucket that holds it
+    (as PromQL's histogram_quantile does): exact when the threshold is a bucket bound. None without observations."""
+    if not histogram or histogram[-1][1] <= 0:
+        return None
+    total = histogram[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in histogram:
+        if threshold <= bound:
+            if math.isinf(bound):
+                return (total - lower_count) / total
+            inside = lower_count + (count - lower_count) * (threshold - lower_bound) / (bound - lower_bound)
+            return max(total - inside, 0.0) / total
+        lower_bound, lower_count = bound, count
+    return 0.0
 
 
 class MetricsHealth(StrEnum):
@@ -83,6 +105,10 @@ class PoolSnapshot:
     """90th percentile inter-token latency over the window."""
     itl_mean_s: float | None = None
     """Mean inter-token latency over the window, exact (histogram sum / count) where the p90 is interpolated."""
+    ttft_histogram: Histogram | None = None
+    """The window's TTFT observations per bucket, cumulative: (upper bound in s, count), ascending, +Inf last."""
+    itl_histogram: Histogram | None = None
+    """The same for inter-token latency (token-level: one observation per output token after the first)."""
     prompt_tokens_p90: float | None = None
     """90th percentile prompt length over the window: sets the p90 prefill time."""
     prefill_tokens_per_busy_s: float | None = None

@@ -9,6 +9,7 @@ ITL = 6.25ms + 31.25ms * usage + 4.7ms * batch/256 meets 70% of it with 33 seque
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -242,15 +243,24 @@ def test_feedback_adds_replicas_when_the_model_underestimates() -> None:
 def test_observed_latency_corrects_the_prefill_model() -> None:
     calm, slow = Run(make_spec()), Run(make_spec())
     for _ in range(20):
-        calm.step(prefill_snap(calm.now, ready=1, rps=10.0, ttft=0.2), decode_snap(calm.now))
-        slow.step(prefill_snap(slow.now, ready=1, rps=10.0, ttft=0.6), decode_snap(slow.now))
+        calm.step(prefill_snap(calm.now, ready=1, rps=15.0, ttft=0.4), decode_snap(calm.now))
+        slow.step(prefill_snap(slow.now, ready=1, rps=15.0, ttft=1.6), decode_snap(slow.now))
     assert calm.state is not None and slow.state is not None
-    # One replica at utilisation 0.5 with a 50 ms mean prefill (100 ms p90): the model's wait is
-    # k * 0.05 * 0.5 / (2 * 0.5) = k * 25 ms, so a 100 ms wait means k = 4 and a 500 ms wait k = 20.
+    # One replica at utilisation 0.75 with a 50 ms mean prefill (100 ms p90): the model's wait is
+    # k * 0.05 * 0.75 / (2 * 0.25) = k * 75 ms, so a 300 ms wait means k = 4 and a 1500 ms wait k = 20.
     assert calm.state.queue_factor == pytest.approx(4.0, rel=0.01)
     assert slow.state.queue_factor == pytest.approx(20.0, rel=0.01)
     assert slow.decisions[-1].prefill is not None and calm.decisions[-1].prefill is not None
     assert (slow.decisions[-1].prefill.need or 0) > (calm.decisions[-1].prefill.need or 0)
+
+
+def test_the_queueing_factor_is_not_learned_from_a_queue_too_small_to_measure() -> None:
+    run = Run(make_spec())
+    # Utilisation 0.5: the model's wait (25 ms at k = 1) is under a tenth of the 630 ms queueing budget, so 500 ms
+    # of TTFT it does not explain (in P/D: the KV transfer, the first decode step) would read as k = 20.
+    for _ in range(20):
+        run.step(prefill_snap(run.now, ready=1, rps=10.0, ttft=0.6), decode_snap(run.now))
+    assert run.state is not None and run.state.queue_factor is None
 
 
 def test_observed_itl_reshapes_the_decode_model() -> None:
@@ -349,9 +359,12 @@ def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
     assert "64 per replica" in capped.decode.reason
 
 
-def test_a_burst_holds_its_capacity_longer_than_the_scale_down_window() -> None:
+FIXED_HOLD = Tuning(burst_hold_adaptive=False)
+
+
+def test_a_fixed_burst_hold_keeps_its_capacity_three_scale_down_windows() -> None:
     def after_spike(rps: float) -> tuple[int, list[int]]:
-        run = Run(make_spec())
+        run = Run(make_spec(), FIXED_HOLD)
         run.steady(25)
         d = run.step(prefill_snap(run.now, rps=rps), decode_snap(run.now))
         assert d.prefill is not None
@@ -374,6 +387,31 @@ def test_a_burst_holds_its_capacity_longer_than_the_scale_down_window() -> None:
     # No sooner than 300 s after the high recommendation; a little later here, because the queueing factor learned
     # at three replicas keeps nudging the need up for a few intervals (a rising need defers a scale-down).
     assert 19 <= released.index(2) < 30
+
+
+def test_a_first_burst_gets_the_plain_window_and_recurring_ones_a_hold_to_their_gap() -> None:
+    run = Run(make_spec())
+    run.steady(25)
+
+    def spike_then_calm(intervals: int) -> list[int]:
+        d = run.step(prefill_snap(run.now, rps=60.0), decode_snap(run.now))
+        assert d.prefill is not None and d.prefill.replicas == 4
+        out = []
+        for _ in range(intervals):  # the pool has what it was told to have one interval ago
+            d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+            out.append(d.prefill.replicas)
+        return out
+
+    # out[i] is 15 s * (i + 1) after the spike. A first burst says nothing yet about whether it recurs: the plain
+    # 300 s window (a little more: the need learned at 4 replicas settles for a few intervals first).
+    first = spike_then_calm(39)
+    assert 19 <= first.index(3) <= 24
+    # The second comes 600 s after the first: now capacity stays 1.25 x 600 = 750 s, so a third on the same
+    # rhythm would find it (and no longer than that: not the fixed 900 s).
+    second = spike_then_calm(60)
+    assert second[:49] == [4] * 49 and second[49] == 3
+    assert run.state is not None and len(run.state.prefill.bursts) == 2
 
 
 def test_a_broken_slo_at_scale_up_counts_as_a_burst() -> None:
@@ -459,7 +497,7 @@ def test_decode_learns_a_per_sequence_cost_apart_from_kv_reads() -> None:
 
 
 def test_the_burst_hold_scales_with_the_spec_s_scale_down_window() -> None:
-    run = Run(make_spec(scaleDown={"stabilizationWindow": "60s"}))
+    run = Run(make_spec(scaleDown={"stabilizationWindow": "60s"}), FIXED_HOLD)
     run.steady(10)
     d = run.step(prefill_snap(run.now, rps=60.0), decode_snap(run.now))
     assert d.prefill is not None and d.prefill.replicas == 4
@@ -532,3 +570,31 @@ def test_a_decode_batch_at_max_num_seqs_is_a_shortage_before_the_itl_shows_it() 
     roomy = with_running(40.0)
     assert roomy.decode is not None and (roomy.decode.need or 0.0) < 3.0
     assert "past the limits" not in roomy.decode.reason
+
+
+def test_the_decode_fit_learns_from_the_exact_mean_not_an_interpolated_p90() -> None:
+    # The same engine seen through vLLM's ITL buckets: its tokens take 17 ms, so histogram_quantile reads the p90
+    # inside the 10-25 ms bucket as 23.5 ms; the histogram's sum / count says 17 ms.
+    def run_with(mean: float | None) -> Decision:
+        run = Run(make_spec())
+        d = None
+        for _ in range(30):
+            snap = replace(decode_snap(run.now, kv=0.35, itl=0.0235), itl_mean_s=mean)
+            d = run.step(prefill_snap(run.now), snap)
+        assert d is not None
+        return d
+
+    exact, interpolated = run_with(0.017), run_with(None)
+    assert exact.decode is not None and interpolated.decode is not None
+    assert (exact.decode.need or 0) < (interpolated.decode.need or 0)
+
+
+def test_an_overloaded_decode_window_does_not_teach_the_fit() -> None:
+    run = Run(make_spec())
+    run.steady(10)
+    assert run.state is not None
+    before = run.state.itl_fit
+    # Requests queue for decode slots and ITL triples (preemption, admission stalls): not the cost of a step.
+    stalled = replace(decode_snap(run.now, kv=0.5, itl=0.06), waiting_requests=40.0)
+    run.step(prefill_snap(run.now), stalled)
+    assert run.state.itl_fit.moments == before.moments

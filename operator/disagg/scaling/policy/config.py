@@ -34,6 +34,10 @@ class Tuning:
     learn_min_utilization: float = 0.3
     """Below this utilisation the queueing part of TTFT is too small to measure k from."""
     learn_max_utilization: float = 0.8
+    learn_min_wait_share: float = 0.1
+    """...and only where the model's queueing wait (at k = 1) is at least this share of the queueing budget: below
+    it, whatever TTFT the model does not explain (transfer, the first decode step, bursts inside the window) is
+    divided by a tiny wait, and k runs to its clip."""
     service_p90_factor: float = 2.0
     """Prefill time of the p90 prompt over that of the mean prompt, when the source gives no prompt-length p90."""
     min_utilization: float = 0.25
@@ -58,6 +62,10 @@ class Tuning:
     their KV reads: per-sequence work in every step."""
     itl_prior_weight: float = 2.0
     itl_fit_half_life_s: float = 600.0
+    itl_fit_on_mean: bool = True
+    """Fit the ITL model on the window's exact mean ITL (histogram sum / count) where the source reports it."""
+    itl_fit_skips_overload: bool = True
+    """Leave windows with a decode queue or KV past the ceiling out of the fit."""
     concurrency_z: float = 1.0
     """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation."""
     max_batch: float = 256.0
@@ -83,6 +91,15 @@ class Tuning:
     start once is likely to jump again, and its first minutes are lost whatever the reaction. A multiple of the
     spec's window, so a user who asks for fast release still gets it. Proposed as an API field in
     docs/autoscaling.md."""
+    burst_hold_adaptive: bool = True
+    """Hold only as long as the bursts seen so far have been apart: `burst_gap_factor` times the median gap between
+    the recent bursts, within [1, burst_hold_windows] scaleDown windows, and no extra hold until a second burst
+    shows that they recur. A fixed hold sized for one trace's spikes (9 minutes apart) kept peak capacity through
+    long calm stretches on traces whose bursts come every minute or two, where the plain window already spans the
+    gaps."""
+    burst_gap_factor: float = 1.25
+    burst_memory_s: float = 3600.0
+    """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0
     """Caught short: a scale-up while the SLO was already broken, or to at least this many times (and two more
     than) the replicas the pool had."""

@@ -145,10 +145,12 @@ def _remember(
         changed_at, direction = now, (1 if final.replicas > final.previous else -1)
     history = memory.history
     observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
+    bursts = memory.bursts
     if final.replicas > final.previous and proposal.need is not None:
         jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
             burst_at = now
+            bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
     if proposal.need is not None:
         keep_after = now - max(config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s)
         history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning))
@@ -165,6 +167,7 @@ def _remember(
             observed_at=observed_at,
             ready=ready,
             burst_at=burst_at,
+            bursts=bursts,
             waiting=waiting,
         ),
     )

@@ -3,6 +3,7 @@ then min/max per pool, the P:D ratio bounds and the GPU budget."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -91,12 +92,25 @@ def rising(history: tuple[Recommendation, ...], now: float, window: float, tunin
 
 
 def down_window(config: PolicyConfig, memory: PoolMemory, now: float, tuning: Tuning) -> float:
-    """The scale-down stabilisation window: the spec's, or Tuning.burst_hold_windows of it for as long after a
-    burst."""
-    held = config.down_window_s * tuning.burst_hold_windows
+    """The scale-down stabilisation window: the spec's, or the burst hold for as long after a burst."""
+    held = burst_hold(config, memory, tuning)
     if memory.burst_at is not None and now - memory.burst_at <= held:
         return max(config.down_window_s, held)
     return config.down_window_s
+
+
+def burst_hold(config: PolicyConfig, memory: PoolMemory, tuning: Tuning) -> float:
+    """How long capacity bought in a burst is kept: Tuning.burst_hold_windows of the spec's window, or (adaptive)
+    the recent bursts' typical gap, so the next one finds it still there, and nothing extra for a first burst."""
+    window = config.down_window_s
+    longest = window * tuning.burst_hold_windows
+    if not tuning.burst_hold_adaptive:
+        return longest
+    gaps = sorted(b - a for a, b in itertools.pairwise(memory.bursts))
+    if not gaps:
+        return window
+    median = gaps[len(gaps) // 2] if len(gaps) % 2 else (gaps[len(gaps) // 2 - 1] + gaps[len(gaps) // 2]) / 2
+    return min(max(tuning.burst_gap_factor * median, window), max(longest, window))
 
 
 def constrain(

@@ -31,8 +31,12 @@ def learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, 
     settled = snap.starting_replicas == 0 and state.prefill.ready == snap.ready_replicas
     if not settled or not tuning.learn_min_utilization <= rho <= tuning.learn_max_utilization:
         return state
+    unit = queue_wait(1.0, rho, snap.ready_replicas, times[0])
+    budget = (config.ttft_target_s or 1.0) - times[1]
+    if unit < tuning.learn_min_wait_share * budget * tuning.ttft_margin:
+        return state
     wait = max(snap.ttft_p90_s - times[1], 0.0)
-    sample = wait / queue_wait(1.0, rho, snap.ready_replicas, times[0])
+    sample = wait / unit
     sample = min(max(sample, tuning.queue_factor_min), tuning.queue_factor_max)
     rising = state.queue_factor is None or sample > state.queue_factor
     weight = tuning.correction_smoothing if rising else tuning.correction_decay

@@ -40,6 +40,8 @@ class PoolMemory:
     """Requests queued at the last evaluation: a queue that is shrinking is being served by the capacity in place."""
     burst_at: float | None = None
     """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
+    bursts: tuple[float, ...] = ()
+    """Times of the recent bursts (within Tuning.burst_memory_s), for how far apart they come."""
 
 
 @dataclass(frozen=True, slots=True)
