@@ -30,7 +30,7 @@ class Tuning:
     """k in wait_p90 ~= k * rho * S / (2 (1 - rho)) until learned: the M/D/1 mean wait (k = 1) scaled to a tail
     percentile. Like Kingman's (ca^2 + cs^2) / 2, k grows with the burstiness of arrivals, so it is learned."""
     queue_factor_min: float = 1.0
-    queue_factor_max: float = 100.0
+    queue_factor_max: float = 30.0
     learn_min_utilization: float = 0.3
     """Below this utilisation the queueing part of TTFT is too small to measure k from."""
     learn_max_utilization: float = 0.8
@@ -64,6 +64,10 @@ class Tuning:
     itl_fit_half_life_s: float = 600.0
     itl_fit_on_mean: bool = True
     """Fit the ITL model on the window's exact mean ITL (histogram sum / count) where the source reports it."""
+    itl_anchor: bool = True
+    """Size the batch from where the pool runs, along a secant from idle (ItlModel.sequences_at)."""
+    itl_point_smoothing: float = 0.3
+    """EWMA weight of a window's (batch, mean ITL) in where the pool runs."""
     itl_fit_skips_overload: bool = True
     """Leave windows with a decode queue or KV past the ceiling out of the fit."""
     concurrency_z: float = 1.0
@@ -76,6 +80,26 @@ class Tuning:
     correction_decay: float = 0.05
     """...and when it is below: burstiness is a property of the traffic, learned fast and forgotten slowly, so
     a calm interval at low load does not undo what the last burst taught."""
+
+    tail_control: bool = True
+    """Learn k and the decode aim from the share of the window's requests (TTFT) and tokens (ITL) over the target,
+    read from the histograms: exact when the target is a bucket bound, where an interpolated p90 is not. A share
+    over `tail_high` makes the model more careful at once; one under `tail_low` on a loaded pool relaxes it
+    slowly. Only from settled, stationary windows: a window whose load just stepped shows the step, not the model's
+    error."""
+    tail_high: float = 0.06
+    """Over half the 10% a p90 target allows."""
+    tail_low: float = 0.01
+    queue_factor_up: float = 1.5
+    queue_factor_down: float = 0.95
+    itl_aim_down: float = 0.9
+    itl_aim_up: float = 1.01
+    itl_aim_min: float = 0.6
+    itl_aim_max: float = 0.7
+    """The aim only ever gets more careful than the prior margin: raised toward the target on a calm tail, it took
+    decode to the edge of a cliff (one replica fewer broke the target) on a steady load."""
+    stationary_change: float = 0.25
+    """A window is stationary when its load moved less than this share since the last evaluation."""
 
     feedback_min_queue: float = 1.0
     """The feedback path needs at least this many requests queued on average: a broken TTFT with an empty prefill
@@ -104,11 +128,17 @@ class Tuning:
     """Caught short: a scale-up while the SLO was already broken, or to at least this many times (and two more
     than) the replicas the pool had."""
 
+    forecast_horizon_s: float = 0.0
+    """Scale up to the need this far ahead (a replica's start-up plus an interval) while the need climbs
+    significantly over `forecast_window_s`; 0 turns it off."""
+    forecast_window_s: float = 120.0
     rise_t: float = 2.0
     """No scale-down while the need's slope over the scaleDown window is positive at this t-statistic..."""
     rise_min: float = 0.1
     """...and adds up to at least this many replicas over the window."""
 
+    up_tolerance: float = 0.1
+    """Scale up only for a need more than this share above the replicas there (or a broken SLO)."""
     down_tolerance: float = 0.1
     """Scale down to k replicas only when the need is below k * (1 - tolerance): a hysteresis band."""
     down_sensitivity: float = 0.85

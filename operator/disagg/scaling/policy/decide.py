@@ -86,7 +86,8 @@ def decide(
 
 def _learn(config: PolicyConfig, obs: Observation, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
     if trusted(config, obs.prefill, now, tuning):
-        state = learn_prefill(config, obs.prefill, state, tuning)
+        decode_queue = obs.decode.waiting_requests if trusted(config, obs.decode, now, tuning) else None
+        state = learn_prefill(config, obs.prefill, state, tuning, decode_queue)
     if trusted(config, obs.decode, now, tuning):
         state = learn_decode(config, obs.decode, state, now, tuning)
     return state
@@ -145,7 +146,7 @@ def _remember(
         changed_at, direction = now, (1 if final.replicas > final.previous else -1)
     history = memory.history
     observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
-    bursts = memory.bursts
+    bursts, load = memory.bursts, memory.load
     if final.replicas > final.previous and proposal.need is not None:
         jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
@@ -157,6 +158,8 @@ def _remember(
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = observation.pool(name).ready_replicas
         waiting = observation.pool(name).waiting_requests
+        snap = observation.pool(name)
+        load = snap.uncached_prompt_token_rate if name == "prefill" else snap.generation_token_rate
     return state.with_memory(
         name,
         PoolMemory(
@@ -168,6 +171,7 @@ def _remember(
             ready=ready,
             burst_at=burst_at,
             bursts=bursts,
+            load=load,
             waiting=waiting,
         ),
     )

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from disagg.scaling.snapshot import PoolSnapshot
+from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, stationary
 
 
 def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
@@ -40,6 +40,13 @@ def learn_decode(
         return state
     if tuning.itl_fit_skips_overload and overloaded(snap, config, tuning):
         return state
+    state = _learn_aim(config, snap, state, tuning, itl)
+    point = (snap.running_requests / snap.ready_replicas, itl)
+    previous = state.itl_point
+    if previous is not None and state.decode.ready == snap.ready_replicas:
+        w = tuning.itl_point_smoothing
+        point = (previous[0] + w * (point[0] - previous[0]), previous[1] + w * (point[1] - previous[1]))
+    state = replace(state, itl_point=point)
     fit = state.itl_fit
     decay = 1.0 if fit.at is None else 0.5 ** (max(now - fit.at, 0.0) / tuning.itl_fit_half_life_s)
     x = (1.0, snap.kv_cache_usage, snap.running_requests / snap.ready_replicas / batch_cap(config, tuning))
@@ -48,6 +55,30 @@ def learn_decode(
         state,
         itl_fit=ItlFit(moments=tuple(m * decay + v for m, v in zip(fit.moments, sample, strict=True)), at=now),
     )
+
+
+def itl_aim(state: PolicyState, tuning: Tuning) -> float:
+    return state.itl_aim if state.itl_aim is not None else tuning.itl_margin
+
+
+def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
+    """The aim from the share of tokens over the target: lower at once when the tail nears the target (bursty
+    arrivals swing the batch within a window, so the p90 sits further above the mean), higher slowly when the pool
+    runs near its aim with the tail far under the target."""
+    target = config.itl_target_s or 0.05
+    share = share_above(snap.itl_histogram, target) if tuning.tail_control else None
+    settled = snap.starting_replicas == 0 and state.decode.ready == snap.ready_replicas
+    steady = stationary(state.decode.load, snap.generation_token_rate, tuning)
+    if share is None or not settled or not steady:
+        return state
+    aim = itl_aim(state, tuning)
+    if share > tuning.tail_high:
+        aim = max(aim * tuning.itl_aim_down, tuning.itl_aim_min)
+    elif share < tuning.tail_low and itl >= 0.9 * aim * target:
+        aim = min(aim * tuning.itl_aim_up, tuning.itl_aim_max)
+    else:
+        return state
+    return replace(state, itl_aim=aim)
 
 
 def batch_cap(config: PolicyConfig, tuning: Tuning) -> float:
@@ -62,10 +93,36 @@ class ItlModel:
     per_usage: float
     per_batch: float
 
-    def sequences_at(self, itl: float, usage_per_sequence: float, max_batch: float) -> float:
-        """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache."""
-        per_sequence = self.per_usage * usage_per_sequence + self.per_batch / max_batch
-        return max(itl - self.idle, 0.0) / max(per_sequence, 1e-12)
+    def at(self, usage: float, batch_share: float) -> float:
+        return self.idle + self.per_usage * usage + self.per_batch * batch_share
+
+    def per_sequence(self, usage_per_sequence: float, max_batch: float) -> float:
+        """What one more sequence adds to a step: its KV reads and its own work."""
+        return self.per_usage * usage_per_sequence + self.per_batch / max_batch
+
+    def sequences_at(
+        self,
+        itl: float,
+        usage_per_sequence: float,
+        max_batch: float,
+        anchor: tuple[float, float] | None = None,
+        idle_floor: float = math.inf,
+    ) -> float:
+        """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache.
+
+        With an anchor (where the pool runs: sequences per replica and the mean ITL they get), along the secant
+        from an idle ITL (the fit's or `idle_floor`, whichever is lower) through that point. One workload's points
+        lie close together, and noise in the measured batch flattens a least-squares slope and lifts its
+        intercept (a third of the true slope and an idle 10 ms high: one replica where two were needed, and a
+        2 <-> 1 flap). Through the measured point the error an idle estimate makes shrinks as the pool nears its
+        aim, and an idle guessed too low errs towards more replicas."""
+        if anchor is not None:
+            batch_now, itl_now = anchor
+            idle = min(self.idle, idle_floor, 0.9 * itl_now)
+            if batch_now > 0 and itl_now > idle:
+                return max(batch_now * (itl - idle) / (itl_now - idle), 0.0)
+        slope = max(self.per_sequence(usage_per_sequence, max_batch), 1e-12)
+        return max(itl - self.idle, 0.0) / slope
 
 
 def itl_model(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> ItlModel:
@@ -137,10 +194,16 @@ def propose_decode(
         return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
-    itl_at_target = tuning.itl_margin * target
+    itl_at_target = itl_aim(state, tuning) * target
     max_batch = batch_cap(config, tuning)
+    signal = fit_signal(snap, tuning)
+    # Only from a window served by the replicas ready now: across a change, the batch per ready replica and the ITL
+    # the window measured belong to different pool sizes.
+    settled = memory.ready == snap.ready_replicas
+    anchored = tuning.itl_anchor and settled and signal is not None and not overloaded(snap, config, tuning)
+    anchor = state.itl_point if anchored else None
     batch = min(
-        model.sequences_at(itl_at_target, usage_per_sequence, max_batch),
+        model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor, tuning.itl_prior_idle_share * target),
         tuning.kv_ceiling / usage_per_sequence,
         max_batch,
     )

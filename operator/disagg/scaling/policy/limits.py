@@ -48,12 +48,18 @@ def stabilized(
         recommendation(now, proposal.need, tuning),
     )
     up_to = min(r.up_to for r in history if r.at >= now - config.up_window_s)
+    forecast = forecast_need(history, now, tuning)
+    if forecast is not None and not proposal.settling:
+        up_to = max(up_to, ceil_replicas(forecast))
     if proposal.settling and len(history) > 1:
         up_to = min(up_to, history[-2].up_to)  # undoing our own scale-down takes two evaluations in a row
     window = down_window(config, state.memory(name), now, tuning)
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
-    if up_to > current:
+    # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
+    # unless the SLO is already broken.
+    within = proposal.need <= current * (1.0 + tuning.up_tolerance) and not proposal.breach
+    if up_to > current and not within:
         return min(up_to, current + config.up_step), "scale up"
     if down_to < current:
         if not proposal.safe_to_shrink:
@@ -66,6 +72,17 @@ def stabilized(
             return current, f"scale-down deferred: the need is rising ({rise * 60:+.2f} replicas/min over the window)"
         return max(down_to, current - config.down_step), "scale down"
     return current, "steady"
+
+
+def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> float | None:
+    """The need one start-up ahead when it has been climbing significantly over the last minutes (a load that builds
+    up, as decode's concurrency does after a switch to long outputs), else None. Scale-up only."""
+    if tuning.forecast_horizon_s <= 0:
+        return None
+    slope = rising(history, now, tuning.forecast_window_s, tuning)
+    if slope is None:
+        return None
+    return history[-1].need + slope * tuning.forecast_horizon_s
 
 
 def rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:

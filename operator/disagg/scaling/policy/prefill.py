@@ -6,14 +6,16 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from disagg.scaling.snapshot import PoolSnapshot
+from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import PolicyState, PoolMemory, ewma
+from .state import PolicyState, PoolMemory, ewma, stationary
 
 
-def learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning) -> PolicyState:
+def learn_prefill(
+    config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, decode_queue: float | None = None
+) -> PolicyState:
     capacity = state.prefill_capacity
     if snap.prefill_tokens_per_busy_s is not None and snap.prefill_tokens_per_busy_s > 0:
         capacity = ewma(capacity, snap.prefill_tokens_per_busy_s, tuning.capacity_smoothing)
@@ -29,6 +31,8 @@ def learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, 
     # Only from a stationary queue: not across a change in capacity, not near saturation (a growing backlog would
     # be read as burstiness and then over-provision every later burst).
     settled = snap.starting_replicas == 0 and state.prefill.ready == snap.ready_replicas
+    if tuning.tail_control and snap.ttft_histogram is not None:
+        return _learn_from_tail(config, snap, state, tuning, rho, settled, decode_queue)
     if not settled or not tuning.learn_min_utilization <= rho <= tuning.learn_max_utilization:
         return state
     unit = queue_wait(1.0, rho, snap.ready_replicas, times[0])
@@ -41,6 +45,33 @@ def learn_prefill(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, 
     rising = state.queue_factor is None or sample > state.queue_factor
     weight = tuning.correction_smoothing if rising else tuning.correction_decay
     return replace(state, queue_factor=ewma(state.queue_factor, sample, weight))
+
+
+def _learn_from_tail(
+    config: PolicyConfig,
+    snap: PoolSnapshot,
+    state: PolicyState,
+    tuning: Tuning,
+    rho: float,
+    settled: bool,
+    decode_queue: float | None,
+) -> PolicyState:
+    """k from the share of first tokens over the target: more careful at once when the tail is near the target,
+    relaxed slowly when it is far under it on a pool busy enough for queueing to matter. Not while decode is
+    queued (in P/D the first token waits for decode too, which more prefill headroom would not fix)."""
+    target = config.ttft_target_s or 1.0
+    share = share_above(snap.ttft_histogram, target)
+    steady = stationary(state.prefill.load, snap.uncached_prompt_token_rate, tuning)
+    if share is None or not settled or not steady or (decode_queue is not None and decode_queue >= 1.0):
+        return state
+    k = learned_queue_factor(state, tuning)
+    if share > tuning.tail_high:
+        k = min(k * tuning.queue_factor_up, tuning.queue_factor_max)
+    elif share < tuning.tail_low and rho >= tuning.learn_min_utilization:
+        k = max(k * tuning.queue_factor_down, tuning.queue_factor_min)
+    else:
+        return state
+    return replace(state, queue_factor=k)
 
 
 def replica_capacity(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> float:

@@ -42,6 +42,8 @@ class PoolMemory:
     """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
     bursts: tuple[float, ...] = ()
     """Times of the recent bursts (within Tuning.burst_memory_s), for how far apart they come."""
+    load: float | None = None
+    """The pool's load at the last evaluation (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,11 @@ class PolicyState:
     prefill_capacity: float | None = None
     """Measured prompt tokens/s of one prefill replica while busy (smoothed)."""
     queue_factor: float | None = None
+    itl_point: tuple[float, float] | None = None
+    """Where decode runs: (sequences per ready replica, mean ITL), smoothed while the ready count holds."""
+    itl_aim: float | None = None
+    """Share of the ITL target decode is sized for (the fit's mean ITL), learned from the tokens over the target;
+    None until learned (Tuning.itl_margin)."""
     """k of the prefill queueing model, learned from observed TTFT p90 (smoothed, clipped); None until learned."""
     itl_fit: ItlFit = field(default_factory=ItlFit)
 
@@ -78,6 +85,12 @@ MOMENTS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2), (0, -1), (1, -1), (2,
 
 def moments(x: tuple[float, float, float], y: float, weight: float) -> tuple[float, ...]:
     return tuple(weight * x[i] * (y if j < 0 else x[j]) for i, j in MOMENTS)
+
+
+def stationary(previous: float | None, current: float | None, tuning: Tuning) -> bool:
+    if previous is None or current is None:
+        return False
+    return abs(current - previous) <= tuning.stationary_change * max(previous, current, 1e-9)
 
 
 def ewma(previous: float | None, sample: float, smoothing: float) -> float:
