@@ -649,8 +649,8 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
     # where the prior says 25 ms) and adds 0.68 ms per sequence of 2.2k tokens: 54 sequences on 2 replicas run at
     # 67 ms, and 31 per replica reach the 70 ms the policy aims at. Noise in the measured batch flattens a
     # least-squares line through one cluster: extrapolated from its idle, it counts twice the sequences per
-    # replica and would keep one replica where two are needed. Along the secant from the prior's idle through
-    # where the pool runs, it counts 29.
+    # replica and would keep one replica where two are needed. Along the secant from the fit's idle through where
+    # the pool runs, it counts 31-35.
     def need_with(tuning: Tuning) -> float:
         run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
         d = None
@@ -665,5 +665,5 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
         return d.decode.need
 
     # Little's law: 816 tok/s at 70 ms is 57 sequences, 64 with square-root headroom; at 31 per replica, 2.1.
-    assert 2.0 <= need_with(Tuning()) <= 2.4
+    assert 1.7 <= need_with(Tuning()) <= 2.3
     assert need_with(Tuning(itl_anchor=False)) < 1.3

@@ -128,6 +128,10 @@ class Tuning:
     """Caught short: a scale-up while the SLO was already broken, or to at least this many times (and two more
     than) the replicas the pool had."""
 
+    reserve_quantile: float = 0.0
+    """Never scale down below this quantile of the need over `reserve_window_s` (0 turns it off)."""
+    reserve_window_s: float = 1200.0
+    """How far back `reserve_quantile` looks (the history is kept this long only while the reserve is on)."""
     forecast_horizon_s: float = 0.0
     """Scale up to the need this far ahead (a replica's start-up plus an interval) while the need climbs
     significantly over `forecast_window_s`; 0 turns it off."""

@@ -153,7 +153,10 @@ def _remember(
             burst_at = now
             bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
     if proposal.need is not None:
-        keep_after = now - max(config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s)
+        reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
+        keep_after = now - max(
+            config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s, reserve_s
+        )
         history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning))
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = observation.pool(name).ready_replicas

@@ -41,12 +41,19 @@ def learn_decode(
     if tuning.itl_fit_skips_overload and overloaded(snap, config, tuning):
         return state
     state = _learn_aim(config, snap, state, tuning, itl)
-    point = (snap.running_requests / snap.ready_replicas, itl)
-    previous = state.itl_point
-    if previous is not None and state.decode.ready == snap.ready_replicas:
-        w = tuning.itl_point_smoothing
-        point = (previous[0] + w * (point[0] - previous[0]), previous[1] + w * (point[1] - previous[1]))
-    state = replace(state, itl_point=point)
+    # A window straddling a change of the ready count mixes two pool sizes: it does not say where either runs.
+    if state.decode.ready == snap.ready_replicas:
+        batch, previous = snap.running_requests / snap.ready_replicas, state.itl_point
+        if previous is not None and previous[0] == snap.ready_replicas:
+            w = tuning.itl_point_smoothing
+            point = (
+                snap.ready_replicas,
+                previous[1] + w * (batch - previous[1]),
+                previous[2] + w * (itl - previous[2]),
+            )
+        else:
+            point = (snap.ready_replicas, batch, itl)
+        state = replace(state, itl_point=point)
     fit = state.itl_fit
     decay = 1.0 if fit.at is None else 0.5 ** (max(now - fit.at, 0.0) / tuning.itl_fit_half_life_s)
     x = (1.0, snap.kv_cache_usage, snap.running_requests / snap.ready_replicas / batch_cap(config, tuning))
@@ -85,6 +92,9 @@ def batch_cap(config: PolicyConfig, tuning: Tuning) -> float:
     return float(config.decode_max_batch or tuning.max_batch)
 
 
+IDLE_SHARE_MAX = 0.85
+
+
 @dataclass(frozen=True, slots=True)
 class ItlModel:
     """ITL p90 = idle + per_usage * KV usage + per_batch * (sequences per replica / batch cap)."""
@@ -106,19 +116,18 @@ class ItlModel:
         usage_per_sequence: float,
         max_batch: float,
         anchor: tuple[float, float] | None = None,
-        idle_floor: float = math.inf,
     ) -> float:
         """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache.
 
         With an anchor (where the pool runs: sequences per replica and the mean ITL they get), along the secant
-        from an idle ITL (the fit's or `idle_floor`, whichever is lower) through that point. One workload's points
-        lie close together, and noise in the measured batch flattens a least-squares slope and lifts its
-        intercept (a third of the true slope and an idle 10 ms high: one replica where two were needed, and a
-        2 <-> 1 flap). Through the measured point the error an idle estimate makes shrinks as the pool nears its
-        aim, and an idle guessed too low errs towards more replicas."""
+        from the fit's idle ITL through that point. One workload's points lie close together, and noise in the
+        measured batch flattens a least-squares slope and lifts its intercept (a third of the true slope and an
+        idle 10 ms high: one replica where two were needed, and a 2 <-> 1 flap). Through the measured point the
+        error the idle estimate makes shrinks as the pool nears its aim. The idle is held under IDLE_SHARE_MAX of
+        the measured ITL, so that a fit idle close to it does not turn noise into a tiny batch."""
         if anchor is not None:
             batch_now, itl_now = anchor
-            idle = min(self.idle, idle_floor, 0.9 * itl_now)
+            idle = min(self.idle, IDLE_SHARE_MAX * itl_now)
             if batch_now > 0 and itl_now > idle:
                 return max(batch_now * (itl - idle) / (itl_now - idle), 0.0)
         slope = max(self.per_sequence(usage_per_sequence, max_batch), 1e-12)
@@ -201,9 +210,10 @@ def propose_decode(
     # the window measured belong to different pool sizes.
     settled = memory.ready == snap.ready_replicas
     anchored = tuning.itl_anchor and settled and signal is not None and not overloaded(snap, config, tuning)
-    anchor = state.itl_point if anchored else None
+    point = state.itl_point
+    anchor = (point[1], point[2]) if anchored and point is not None and point[0] == snap.ready_replicas else None
     batch = min(
-        model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor, tuning.itl_prior_idle_share * target),
+        model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor),
         tuning.kv_ceiling / usage_per_sequence,
         max_batch,
     )

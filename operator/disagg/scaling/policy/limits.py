@@ -56,6 +56,7 @@ def stabilized(
     window = down_window(config, state.memory(name), now, tuning)
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
+    down_to = max(down_to, reserve(history, now, tuning))
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
     # unless the SLO is already broken.
     within = proposal.need <= current * (1.0 + tuning.up_tolerance) and not proposal.breach
@@ -72,6 +73,18 @@ def stabilized(
             return current, f"scale-down deferred: the need is rising ({rise * 60:+.2f} replicas/min over the window)"
         return max(down_to, current - config.down_step), "scale down"
     return current, "steady"
+
+
+def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> int:
+    """Replicas kept through lulls: the `reserve_quantile` of the need over the last `reserve_window_s` (0 when
+    off). A pool that needed its burst capacity for more than the rest of that share of the recent past is likely
+    to need it again within a start-up; one that needed it once is not held."""
+    if tuning.reserve_quantile <= 0:
+        return 0
+    needs = sorted(r.need for r in history if r.at > now - tuning.reserve_window_s)
+    if not needs:
+        return 0
+    return ceil_replicas(needs[min(int(tuning.reserve_quantile * len(needs)), len(needs) - 1)])
 
 
 def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> float | None:

@@ -64,8 +64,9 @@ class PolicyState:
     prefill_capacity: float | None = None
     """Measured prompt tokens/s of one prefill replica while busy (smoothed)."""
     queue_factor: float | None = None
-    itl_point: tuple[float, float] | None = None
-    """Where decode runs: (sequences per ready replica, mean ITL), smoothed while the ready count holds."""
+    itl_point: tuple[int, float, float] | None = None
+    """Where decode runs: (ready replicas, sequences per ready replica, mean ITL), smoothed over the windows served
+    by that many replicas."""
     itl_aim: float | None = None
     """Share of the ITL target decode is sized for (the fit's mean ITL), learned from the tokens over the target;
     None until learned (Tuning.itl_margin)."""
