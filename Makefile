@@ -6,7 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: dev demo demo-down lint unit contract e2e test crds golden bench cluster-build cluster-up cluster-down cluster-status
+.PHONY: help dev demo demo-down lint unit real contract e2e real-engines test crds golden bench node-packages cluster-build cluster-up cluster-down cluster-status
+.DEFAULT_GOAL := help
+LINTED := operator tests e2e bench
+
+help: ## list the targets with what they do
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-z][a-zA-Z0-9_-]*:[^#]*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,24 +21,32 @@ $(VENV)/.installed: pyproject.toml requirements/dev.txt
 
 dev: $(VENV)/.installed ## create .venv with the operator and its test tools
 
-lint: dev ## ruff, ruff format, mypy --strict
-	$(RUN) ruff check operator tests e2e
-	$(RUN) ruff format --check operator tests e2e
+lint: dev ## ruff and ruff format over operator, tests, e2e and bench; mypy --strict over the operator
+	$(RUN) ruff check $(LINTED)
+	$(RUN) ruff format --check $(LINTED)
 	$(RUN) mypy
 
-unit: dev ## unit, golden, property and layer tests of the pure core and the CLI
-	$(RUN) pytest tests --ignore=tests/contract
+unit: dev ## unit, golden, property and layer tests, the CLI, and the reconciler against a fake API server
+	$(RUN) pytest tests --ignore=tests/contract --ignore=tests/real
+
+real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/real; builds its venv once; 15-25 min)
+	$(RUN) pytest tests/real -m real_engines -s
 
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
 	$(RUN) pytest tests/contract
 
-e2e: dev cluster-build ## end-to-end tests on the local control plane (or DISAGG_E2E_KUBECONFIG's cluster)
+e2e: dev cluster-build node-packages ## end-to-end tests on the local control plane and its real node, real-engine tier included
 	$(RUN) pytest e2e
+
+real-engines: dev cluster-build node-packages ## only the real-engine tier: real vLLM CPU engines in pods behind the operator's endpoint
+	$(RUN) pytest e2e -m real_engines
 
 test: lint unit contract e2e ## everything CI runs
 
-demo: dev ## the main job: a cluster (local control plane, kind or current context), the operator, a DisaggDeployment on fake GPUs
-	$(RUN) python -m e2e.demo up
+# REAL_ENGINES=1: serve for real (real vLLM CPU engines on the local cluster's real node, a curl command at the end).
+REAL_ENGINES ?= 0
+demo: dev ## the main job: a cluster, the operator, a DisaggDeployment on fake GPUs (REAL_ENGINES=1: real vLLM CPU engines you can curl)
+	DISAGG_DEMO_REAL_ENGINES=$(REAL_ENGINES) $(RUN) python -m e2e.demo up
 
 demo-down: dev ## stop the demo's operator and cluster
 	$(RUN) python -m e2e.demo down
@@ -41,19 +54,22 @@ demo-down: dev ## stop the demo's operator and cluster
 crds: dev ## regenerate crds/ from the API models
 	$(RUN) disagg crd > crds/disagg.dev_disaggdeployments.yaml
 
-cluster-build: ## build/cache etcd, kube-*, kubectl, kwok and helm (cold: 15-25 min on 2 cores)
+cluster-build: ## build/cache etcd, kube-*, kubectl, kwok, helm, LWS, Prometheus and the real node's kubelet, CNI, DNS (cold: 25-45 min on 2 cores)
 	e2e/controlplane/build.sh
 
-cluster-up: ## start the local control plane with fake GPU nodes (idempotent)
+node-packages: ## install Debian's containerd, runc, iptables and iproute2 for the real node when missing (root; skipped with DISAGG_E2E_REAL_NODE=0)
+	@if [ "$${DISAGG_E2E_REAL_NODE:-1}" != 0 ]; then e2e/node-packages.sh; fi
+
+cluster-up: dev node-packages ## start the local control plane with fake GPU nodes and the real node (idempotent)
 	$(RUN) python -m e2e.localcluster up
 
 cluster-down: ## stop it and remove its state
 	$(RUN) python -m e2e.localcluster down
 
-cluster-status:
+cluster-status: ## report whether the local control plane is up and healthy
 	$(RUN) python -m e2e.localcluster status
 
-golden: dev ## regenerate tests/golden from examples/ (review the diff before committing)
+golden: dev ## regenerate tests/golden from examples/ (a change detector: give a changed behaviour its own test first)
 	for f in examples/*.yaml; do $(RUN) disagg render -n default -f $$f > tests/golden/$$(basename $$f); done
 
 bench: dev ## render benchmark (docs/performance.md records the figures)

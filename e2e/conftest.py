@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from e2e.localcluster import cluster
-from e2e.localcluster.config import BUILD_SCRIPT, REPO_ROOT, BinDir, default_state_dir
+from e2e.localcluster.config import BUILD_SCRIPT, REPO_ROOT, BinDir, default_state_dir, real_node_wanted
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import RBAC_DIR, OperatorProcess, install_crd, token_kubeconfig
+from e2e.prerequisites import unavailable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,7 +55,7 @@ def _require_binaries(bins: BinDir) -> None:
     if bins.is_complete():
         return
     if not os.environ.get("CI"):
-        pytest.skip(
+        unavailable(
             f"control-plane binaries not built in {bins.path}; run `make cluster-build` "
             f"(or {BUILD_SCRIPT.relative_to(REPO_ROOT)}; 15-25 min cold on 2 cores, cached afterwards), "
             "or set DISAGG_E2E_KUBECONFIG to use an existing cluster"
@@ -79,7 +80,13 @@ def kube_cluster() -> Iterator[KubeCluster]:
     existing = cluster.State.load(root)
     started_here = existing is None or not cluster.healthy(existing)
     # DISAGG_E2E_LWS=0 starts the cluster without the LeaderWorkerSet API.
-    state = cluster.up(root, bins, _say, with_lws=os.environ.get("DISAGG_E2E_LWS", "1") != "0")
+    state = cluster.up(
+        root,
+        bins,
+        _say,
+        with_lws=os.environ.get("DISAGG_E2E_LWS", "1") != "0",
+        with_real_node=real_node_wanted(),
+    )
     kube = KubeCluster(state.layout.kubeconfig, bins.path, local=True)
     patch.setenv("KUBECONFIG", str(kube.kubeconfig))
     patch.setenv("PATH", f"{bins.path}{os.pathsep}{os.environ.get('PATH', '')}")

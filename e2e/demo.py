@@ -3,6 +3,10 @@
     python -m e2e.demo up      # make demo
     python -m e2e.demo down    # make demo-down
 
+With DISAGG_DEMO_REAL_ENGINES=1 (`make demo REAL_ENGINES=1`) it serves for real instead: on the local cluster's
+real node, the operator installed with Helm from its image built here runs e2e/specs/tiny-nixl-pull.yaml, real
+vLLM CPU engines behind vllm-router, and the demo prints the curl command that sends a request to its endpoint.
+
 Cluster choice (DISAGG_DEMO_CLUSTER): `current` uses your current kube context as is; `local` (the default when
 there is no Docker engine) starts the local control plane from e2e/localcluster, building it on first use. With a
 Docker engine and kind installed, `auto` creates a kind cluster with e2e/kind/up.sh.
@@ -21,14 +25,19 @@ from pathlib import Path
 
 import yaml
 
-from e2e.localcluster import cluster
-from e2e.localcluster.config import BinDir, default_state_dir
+from e2e.localcluster import cluster, network
+from e2e.localcluster.config import BinDir, default_state_dir, real_node_wanted
 from e2e.localcluster.testing import KubeCluster
 from e2e.operator_support import REPO, install_crd, with_test_images
+from e2e.realnode_support import HelmRelease, build_and_load, ensure_namespace, real_pull_document
 
 NAMESPACE = "disagg-demo"
 EXAMPLE = REPO / "examples" / "01-minimal.yaml"
 NAME = "qwen3-32b"
+
+
+def real_engines() -> bool:
+    return os.environ.get("DISAGG_DEMO_REAL_ENGINES", "0") not in ("", "0")
 
 
 def say(message: str) -> None:
@@ -54,6 +63,8 @@ def _kubectl_on_path() -> Path:
 
 def cluster_for_demo() -> KubeCluster:
     choice = os.environ.get("DISAGG_DEMO_CLUSTER", "auto")
+    if real_engines():
+        choice = "local"  # the real node is part of the local cluster
     if choice == "current":
         kubeconfig = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
         say(f"using the current kube context ({kubeconfig})")
@@ -69,7 +80,9 @@ def cluster_for_demo() -> KubeCluster:
     if not bins.is_complete():
         say("building the local control plane from upstream sources (first time only; 15-25 minutes on 2 cores)")
     cluster.ensure_binaries(bins, say)
-    state = cluster.up(state_dir(), bins, say)
+    # The fake-GPU demo needs no real node; it gets one where the machine allows (root, containerd, runc).
+    with_real_node = real_engines() or (real_node_wanted() and not network.prerequisites())
+    state = cluster.up(state_dir(), bins, say, with_real_node=with_real_node)
     return KubeCluster(state.layout.kubeconfig, bins.path, local=True)
 
 
@@ -94,13 +107,13 @@ def start_operator(kube: KubeCluster) -> None:
     say(f"operator running as pid {process.pid}; log: {state_dir() / 'demo-operator.log'}")
 
 
-def watch_until_ready(kube: KubeCluster, timeout: float = 300) -> bool:
+def watch_until_ready(kube: KubeCluster, name: str = NAME, timeout: float = 300) -> bool:
     say(f"kubectl get dd -n {NAMESPACE} -w   (until Ready)")
     print("NAME        PREFILL   DECODE   PHASE         ENDPOINT", flush=True)
     last = None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        proc = kube.run("get", "dd", NAME, "-n", NAMESPACE, "-o", "json")
+        proc = kube.run("get", "dd", name, "-n", NAMESPACE, "-o", "json")
         status = json.loads(proc.stdout).get("status", {}) if proc.returncode == 0 else {}
         row = (
             status.get("prefillReady", ""),
@@ -109,7 +122,7 @@ def watch_until_ready(kube: KubeCluster, timeout: float = 300) -> bool:
             status.get("endpoint", ""),
         )
         if row != last:
-            print(f"{NAME:<11} {row[0]:<9} {row[1]:<8} {row[2]:<13} {row[3]}", flush=True)
+            print(f"{name:<11} {row[0]:<9} {row[1]:<8} {row[2]:<13} {row[3]}", flush=True)
             last = row
         if row[2] == "Ready":
             return True
@@ -117,8 +130,50 @@ def watch_until_ready(kube: KubeCluster, timeout: float = 300) -> bool:
     return False
 
 
+def _release() -> HelmRelease:
+    return HelmRelease("disagg-operator", "disagg-system", state_dir() / "helm-home")
+
+
+def up_real_engines(kube: KubeCluster) -> None:
+    say("building the operator, router and vLLM CPU images and loading them into the real node (cold: ~15 min)")
+    images = build_and_load("operator", "router", "vllm-cpu")
+    install_crd(kube)
+    ensure_namespace(kube, NAMESPACE)
+    release = _release()
+    if kube.run(
+        "get", "deployment", "-n", release.namespace, "-l", "app.kubernetes.io/instance=disagg-operator"
+    ).stdout:
+        say("the operator's Helm release is already installed")
+    else:
+        say(f"helm install {release.name} charts/disagg-operator -n {release.namespace} (image {images['operator']})")
+        release.install(kube, images["operator"], [NAMESPACE])
+    document = real_pull_document(images)
+    name = document["metadata"]["name"]
+    say("applying e2e/specs/tiny-nixl-pull.yaml (one prefill and one decode vLLM CPU engine, NIXL pull)")
+    kube.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(document))
+    if not watch_until_ready(kube, name, timeout=900):
+        say("not Ready in time; `kubectl describe dd` says why:")
+        print(kube.run("describe", "dd", name, "-n", NAMESPACE).stdout)
+        sys.exit(1)
+    ip = kube.get("service", name, "-n", NAMESPACE)["spec"]["clusterIP"]
+    say("serving. Send a request to the DisaggDeployment's Service (kube-proxy routes it from this machine):")
+    print(
+        f"  curl -s http://{ip}:8000/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+        f'    -d \'{{"model": "tiny", "messages": [{{"role": "user", "content": "Hello"}}], '
+        f'"max_tokens": 16}}\'\n'
+        f"  export KUBECONFIG={kube.kubeconfig} PATH={kube.bin_dir}:$PATH\n"
+        f"  kubectl get dd,pods -n {NAMESPACE} -o wide; kubectl logs -n {NAMESPACE} deploy/{name}-router\n"
+        "(the model is a tiny one with random weights: the text is noise, the path is real)\n"
+        "Tear everything down with:  make demo-down",
+        flush=True,
+    )
+
+
 def up() -> None:
     kube = cluster_for_demo()
+    if real_engines():
+        up_real_engines(kube)
+        return
     install_crd(kube)
     say("CustomResourceDefinition disaggdeployments.disagg.dev installed")
     start_operator(kube)
@@ -148,6 +203,16 @@ def up() -> None:
 
 
 def down() -> None:
+    if (state_dir() / "helm-home").exists():
+        kube_config = cluster.Layout(state_dir()).kubeconfig
+        if kube_config.exists():
+            kube = KubeCluster(kube_config, BinDir.default().path, local=True)
+            kube.run("delete", "namespace", NAMESPACE, "--timeout=120s")
+            try:
+                _release().uninstall(kube)
+                say("the operator's Helm release is uninstalled")
+            except RuntimeError as err:
+                say(f"helm uninstall: {err}")
     pid_file = state_dir() / "demo-operator.pid"
     if pid_file.exists():
         try:

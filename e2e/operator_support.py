@@ -15,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kr8s.objects import APIObject, CustomResourceDefinition, new_class
 
+from disagg.names import API_VERSION, CHILD_KINDS, GROUP, KIND, LABEL_DEPLOYMENT, PLURAL
 from e2e.localcluster.testing import KubeCluster, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO / "crds" / "disagg.dev_disaggdeployments.yaml"
 RBAC_DIR = Path(__file__).resolve().parent / "rbac"
+DisaggDeploymentObject: type[APIObject] = new_class(KIND, version=API_VERSION, asyncio=False, plural=PLURAL)
+"""The kr8s class of our resource, from the same names the operator uses (no API discovery)."""
 
 
 def free_port() -> int:
@@ -51,16 +55,8 @@ def token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
 
 def install_crd(kube: KubeCluster) -> None:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    wait_for(
-        "the DisaggDeployment CRD to be established",
-        lambda: (
-            kube.run(
-                "wait", "--for=condition=Established", "crd/disaggdeployments.disagg.dev", "--timeout=5s"
-            ).returncode
-            == 0
-        ),
-        timeout=60,
-    )
+    crd = CustomResourceDefinition.get(f"{PLURAL}.{GROUP}", api=kube.api)
+    crd.wait("condition=Established", timeout=60)
 
 
 class OperatorProcess:
@@ -147,8 +143,12 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def disagg_deployment(kube: KubeCluster, namespace: str, name: str) -> APIObject:
+    return DisaggDeploymentObject.get(name, namespace=namespace, api=kube.api)
+
+
 def status_of(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    status: dict[str, Any] = kube.get("disaggdeployment", name, "-n", namespace).get("status") or {}
+    status: dict[str, Any] = disagg_deployment(kube, namespace, name).raw.get("status") or {}
     return status
 
 
@@ -160,23 +160,32 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def wait_phase(kube: KubeCluster, namespace: str, name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        status = status_of(kube, namespace, name)
-        return status if status.get("phase") == phase else None
-
+    """Until the operator reports `phase`: a poll for its first status, then kr8s' watch-based wait. (kr8s 0.20's
+    wait() cannot start on an object without status: it reads status.conditions or one jsonpath match and raises
+    when there is none.)"""
+    deadline = time.monotonic() + timeout
     try:
-        return wait_for(f"{namespace}/{name} to be {phase}", probe, timeout=timeout)
-    except TimeoutError as exc:
-        raise TimeoutError(f"{exc}; last status: {json.dumps(status_of(kube, namespace, name), indent=1)}") from None
+        wait_for(f"{namespace}/{name} to get a status", lambda: status_of(kube, namespace, name) or None, timeout)
+        resource = disagg_deployment(kube, namespace, name)
+        resource.wait(f"jsonpath='{{.status.phase}}'={phase}", timeout=max(deadline - time.monotonic(), 1))
+    except TimeoutError:
+        last = json.dumps(status_of(kube, namespace, name), indent=1)
+        raise TimeoutError(
+            f"timed out after {timeout:.0f}s waiting for {namespace}/{name} to be {phase}; last status: {last}"
+        ) from None
+    return status_of(kube, namespace, name)
 
 
 def children(kube: KubeCluster, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every object carrying our labels for this DisaggDeployment, by (kind, name)."""
+    """Every object of a child kind carrying our label for this DisaggDeployment, by (kind, name). Kinds the
+    cluster does not serve (LeaderWorkerSet with DISAGG_E2E_LWS=0) have no objects."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    kinds = "serviceaccounts,roles,rolebindings,configmaps,services,deployments,leaderworkersets"
-    listing = kube.get(kinds, "-n", namespace, "-l", f"disagg.dev/deployment={name}")
-    for item in listing["items"]:
-        found[(item["kind"], item["metadata"]["name"])] = item
+    served = {(resource["version"], resource["name"]) for resource in kube.api.api_resources()}
+    for kind in CHILD_KINDS:
+        if (kind.api_version, kind.plural) not in served:
+            continue
+        for obj in kube.api.get(kind.resource, namespace=namespace, label_selector={LABEL_DEPLOYMENT: name}):
+            found[(kind.name, obj.name)] = {**obj.raw, "kind": kind.name, "apiVersion": kind.api_version}
     return found
 
 

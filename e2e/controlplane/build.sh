@@ -144,7 +144,10 @@ build_etcd() {
 	cp "$HERE/etcd/main.go" "$HERE/etcd/go.mod" "$src/"
 	(cd "$src" && "$GO" mod edit -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION" && run_step etcd-modules "$GO" mod tidy)
 	(cd "$src" && run_step etcd "$GO" build "${GOBUILD_FLAGS[@]}" -ldflags "-s -w" -o "$BIN/etcd" .)
-	"$BIN/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}" || die "etcd reports unexpected version"
+	# Captured first: `grep -q` exits at the first match, and under pipefail the writer's SIGPIPE fails the check.
+	local got
+	got=$("$BIN/etcd" --version)
+	[[ "$got" == *"etcd Version: ${ETCD_VERSION#v}"* ]] || die "etcd reports unexpected version: $got"
 	stamp etcd "$ETCD_VERSION"
 }
 
@@ -224,6 +227,66 @@ build_prometheus() {
 	stamp prometheus "$PROMETHEUS_VERSION"
 }
 
+# The real worker node's Kubernetes binaries, from the same wrapper module (and so the same module set) as the
+# control plane: kubelet and kube-proxy.
+build_node() {
+	if stamp_ok node "$K8S_VERSION"; then log "kubelet/kube-proxy $K8S_VERSION: up to date"; return; fi
+	local src="$WORK/k8s"
+	[[ -f "$src/go.mod" ]] || die "$src/go.mod missing: the k8s step must run first"
+	local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+	local cmds=(kubelet kube-proxy) pkgs=() c ldf="-s -w"
+	for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S_VERSION"); done
+	(cd "$src" && run_step node-modules "$GO" get -tool "${pkgs[@]}")
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+	done
+	for c in "${cmds[@]}"; do
+		(cd "$src" && run_step "$c" "$GO" build "${GOBUILD_FLAGS[@]}" -ldflags "$ldf" -o "$BIN/$c" "k8s.io/kubernetes/cmd/$c")
+	done
+	local got
+	got=$("$BIN/kubelet" --version)
+	[[ "$got" == "Kubernetes $K8S_VERSION" ]] || die "kubelet reports '$got', expected Kubernetes $K8S_VERSION"
+	stamp node "$K8S_VERSION"
+}
+
+# CNI plugins for the node's pod network (a bridge with host-local IPAM); containerd finds them in bin/cni.
+build_cni() {
+	if stamp_ok cni "$CNI_PLUGINS_VERSION"; then log "CNI plugins $CNI_PLUGINS_VERSION: up to date"; return; fi
+	mkdir -p "$BIN/cni"
+	local m=github.com/containernetworking/plugins/plugins
+	GOBIN="$BIN/cni" run_step cni-plugins "$GO" install "${GOBUILD_FLAGS[@]}" \
+		-ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
+		"$m/main/bridge@$CNI_PLUGINS_VERSION" "$m/ipam/host-local@$CNI_PLUGINS_VERSION" \
+		"$m/main/loopback@$CNI_PLUGINS_VERSION" "$m/meta/portmap@$CNI_PLUGINS_VERSION"
+	stamp cni "$CNI_PLUGINS_VERSION"
+}
+
+# Cluster DNS for the real node's pods (Services of the DisaggDeployment by name, e.g. the KV store).
+build_coredns() {
+	if stamp_ok coredns "$COREDNS_VERSION"; then log "coredns $COREDNS_VERSION: up to date"; return; fi
+	GOBIN="$BIN" run_step coredns "$GO" install "${GOBUILD_FLAGS[@]}" -ldflags "-s -w" \
+		"github.com/coredns/coredns@$COREDNS_VERSION"
+	stamp coredns "$COREDNS_VERSION"
+}
+
+# crictl: the node's CRI client, used to remove every pod sandbox when the node stops (and for debugging).
+build_crictl() {
+	if stamp_ok crictl "$CRI_TOOLS_VERSION"; then log "crictl $CRI_TOOLS_VERSION: up to date"; return; fi
+	GOBIN="$BIN" run_step crictl "$GO" install "${GOBUILD_FLAGS[@]}" \
+		-ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+		"sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
+	stamp crictl "$CRI_TOOLS_VERSION"
+}
+
+# The sandbox ("pause") program; e2e/localcluster packs it into an image for containerd.
+build_pause() {
+	local key
+	key=$(cat "$HERE/pause/main.go" "$HERE/pause/go.mod" | sha256sum | cut -c1-16)
+	if stamp_ok pause "$key"; then log "pause: up to date"; return; fi
+	(cd "$HERE/pause" && run_step pause "$GO" build "${GOBUILD_FLAGS[@]}" -ldflags "-s -w" -o "$BIN/pause" .)
+	stamp pause "$key"
+}
+
 main() {
 	command -v "$GO" >/dev/null || die "Go not found (need >= 1.26)"
 	mkdir -p "$BIN" "$WORK" "$LOGS"
@@ -245,6 +308,11 @@ main() {
 	build_helm
 	build_lws
 	build_prometheus
+	build_node
+	build_cni
+	build_coredns
+	build_crictl
+	build_pause
 	echo "$want" >"$BIN/.complete"
 	log "done in $(($(date +%s) - t0))s; binaries: $(du -sh "$BIN" | cut -f1); timings: $TIMES"
 }

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from . import cluster
-from .config import BinDir, default_state_dir
+from .config import BinDir, default_state_dir, real_node_wanted
 
 
 def _say(msg: str) -> None:
@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="up: do not run the LeaderWorkerSet controller (to test behaviour without the LWS API)",
     )
+    parser.add_argument(
+        "--without-real-node",
+        action="store_true",
+        default=not real_node_wanted(),
+        help="up: only kwok's fake nodes, no real kubelet node (default when DISAGG_E2E_REAL_NODE=0)",
+    )
     return parser
 
 
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             t0 = time.monotonic()
-            cluster.up(root, bins, _say, with_lws=not args.without_lws)
+            cluster.up(root, bins, _say, with_lws=not args.without_lws, with_real_node=not args.without_real_node)
             _say(f'total {time.monotonic() - t0:.1f}s; use: eval "$(python -m e2e.localcluster env)"')
         elif args.command == "down":
             cluster.down(root, bins, _say)

@@ -9,17 +9,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from . import kubeapi
+from . import kubeapi, network
 from .config import BinDir
 from .pki import SERVICE_CIDR, Pki
 
 LOOPBACK = "127.0.0.1"
 # Service-account tokens are issued for the in-cluster name, as on real clusters.
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# Pod IPs kwok hands out; must not overlap the service range (kwok's default does). They are loopback
-# addresses so that a test can serve a fake pod's HTTP endpoints (e.g. vLLM /metrics for the autoscaler) from
-# this machine at exactly the pod's IP; Linux answers on all of 127.0.0.0/8.
-POD_CIDR = "127.1.0.0/16"
+# Pod IPs kwok hands out without a real node; must not overlap the service range (kwok's default does). They are
+# loopback addresses so that a test can serve a fake pod's HTTP endpoints (e.g. vLLM /metrics for the autoscaler)
+# from this machine at exactly the pod's IP; Linux answers on all of 127.0.0.0/8. With a real node kwok's pods get
+# network.KWOK_POD_CIDR instead, which is just as local (see network.py) and valid in EndpointSlices.
+LOOPBACK_POD_CIDR = "127.1.0.0/16"
 # kwok manages only nodes carrying this annotation, so it never touches a real
 # node if someone points it at another cluster by mistake.
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -38,6 +39,11 @@ class Ports:
     kwok: int
     lws_webhook: int
     lws_health: int
+    kubelet: int
+    kubelet_healthz: int
+    kube_proxy_healthz: int
+    kube_proxy_metrics: int
+    coredns_ready: int
 
     @classmethod
     def pick(cls) -> Ports:
@@ -59,6 +65,35 @@ class Ports:
     @classmethod
     def from_json(cls, data: dict[str, int]) -> Ports:
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where the control plane listens and which addresses kwok's pods get.
+
+    Without a real node everything stays on loopback. With one, the API server listens on the node's bridge
+    address, which the host and the real pods both reach (pods through the `kubernetes` Service, whose endpoint
+    the API server then maintains itself), and kwok's pods move to a local range that EndpointSlices accept.
+    """
+
+    api_host: str
+    kwok_pod_cidr: str
+    real_node: bool
+
+    @classmethod
+    def loopback(cls) -> Addresses:
+        return cls(LOOPBACK, LOOPBACK_POD_CIDR, False)
+
+    @classmethod
+    def with_real_node(cls) -> Addresses:
+        return cls(network.NODE_IP, network.KWOK_POD_CIDR, True)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Addresses:
+        return cls(str(data["api_host"]), str(data["kwok_pod_cidr"]), bool(data["real_node"]))
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,11 @@ class Layout:
     @property
     def lws_dir(self) -> Path:
         return self.root / "lws"
+
+    @property
+    def node_dir(self) -> Path:
+        """Everything of the real node that lives as long as the cluster (the image store does not)."""
+        return self.root / "node"
 
     @property
     def etcd_data(self) -> Path:
@@ -118,8 +158,8 @@ class Component:
     finish: Callable[[], None] = _nothing
 
 
-def apiserver_url(ports: Ports) -> str:
-    return f"https://{LOOPBACK}:{ports.apiserver}"
+def apiserver_url(addrs: Addresses, ports: Ports) -> str:
+    return f"https://{addrs.api_host}:{ports.apiserver}"
 
 
 def admin_context(pki: Pki) -> ssl.SSLContext:
@@ -145,7 +185,7 @@ def _etcd_healthy(url: str) -> Callable[[], bool]:
     return check
 
 
-def etcd(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def etcd(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     client = f"http://{LOOPBACK}:{ports.etcd_client}"
     peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
     argv = [
@@ -164,15 +204,15 @@ def etcd(bins: BinDir, lay: Layout, ports: Ports) -> Component:
     return Component("etcd", argv, _etcd_healthy(f"{client}/health"), 30)
 
 
-def kube_apiserver(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def kube_apiserver(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     pki = lay.pki
     argv = [
         str(bins.binary("kube-apiserver")),
         f"--etcd-servers=http://{LOOPBACK}:{ports.etcd_client}",
-        # Bind and advertise loopback; otherwise the apiserver advertises the
-        # default-route interface address in the `kubernetes` endpoints.
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
+        # Bind and advertise one local address (loopback, or the real node's bridge); otherwise the apiserver
+        # listens everywhere and advertises the default-route interface address in the `kubernetes` endpoints.
+        f"--bind-address={addrs.api_host}",
+        f"--advertise-address={addrs.api_host}",
         f"--secure-port={ports.apiserver}",
         f"--tls-cert-file={pki.apiserver_cert}",
         f"--tls-private-key-file={pki.apiserver_key}",
@@ -181,25 +221,37 @@ def kube_apiserver(bins: BinDir, lay: Layout, ports: Ports) -> Component:
         f"--service-account-key-file={pki.sa_pub}",
         f"--service-account-signing-key-file={pki.sa_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=RBAC",
+        # The Node authorizer and NodeRestriction confine the real node's kubelet to its own node and pods, as on
+        # any kubeadm cluster.
+        "--authorization-mode=Node,RBAC",
         # On top of the default plugins (ServiceAccount, PodSecurity, ...):
         # pods requesting e.g. nvidia.com/gpu automatically tolerate the
         # nvidia.com/gpu taint of GPU nodes, as on GKE.
-        "--enable-admission-plugins=ExtendedResourceToleration",
+        "--enable-admission-plugins=ExtendedResourceToleration,NodeRestriction",
         "--allow-privileged=true",
-        # No kubelets and one apiserver: nothing should rewrite the
-        # `kubernetes` Service endpoints to a non-loopback address.
-        "--endpoint-reconciler-type=none",
         "--profiling=false",
     ]
-    return Component("kube-apiserver", argv, lambda: apiserver_ready(lay.pki, ports), 90)
+    if addrs.real_node:
+        argv += [
+            # Real pods reach the API server through the `kubernetes` Service, whose endpoint it keeps itself.
+            "--endpoint-reconciler-type=lease",
+            # `kubectl logs/exec` go to the kubelet at its InternalIP, authenticated with a client certificate.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki.client_cert('apiserver-kubelet-client')}",
+            f"--kubelet-client-key={pki.client_key('apiserver-kubelet-client')}",
+        ]
+    else:
+        # No kubelets and one apiserver: nothing should rewrite the `kubernetes` Service endpoints to a
+        # non-loopback address.
+        argv.append("--endpoint-reconciler-type=none")
+    return Component("kube-apiserver", argv, lambda: apiserver_ready(lay.pki, addrs, ports), 90)
 
 
-def apiserver_ready(pki: Pki, ports: Ports) -> bool:
-    return fetch_ok(f"{apiserver_url(ports)}/readyz", admin_context(pki))
+def apiserver_ready(pki: Pki, addrs: Addresses, ports: Ports) -> bool:
+    return fetch_ok(f"{apiserver_url(addrs, ports)}/readyz", admin_context(pki))
 
 
-def kube_controller_manager(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def kube_controller_manager(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     pki = lay.pki
     argv = [
         str(bins.binary("kube-controller-manager")),
@@ -216,19 +268,22 @@ def kube_controller_manager(bins: BinDir, lay: Layout, ports: Ports) -> Componen
         f"--cluster-signing-cert-file={pki.ca_cert}",
         f"--cluster-signing-key-file={pki.ca_key}",
         "--cluster-name=disagg-e2e",
-        # No kube-proxy consumes Endpoints here, and pods have loopback IPs (see POD_CIDR) that Endpoint(Slice)
-        # validation refuses; without these controllers every Service would collect warning events.
-        "--controllers=*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
         # Default client QPS (20) makes garbage collection and namespace
         # deletion visibly slow in tests.
         "--kube-api-qps=200",
         "--kube-api-burst=400",
     ]
+    if not addrs.real_node:
+        # No kube-proxy consumes Endpoints then, and pods have loopback IPs (LOOPBACK_POD_CIDR) that
+        # Endpoint(Slice) validation refuses; without these controllers every Service would collect warning events.
+        argv.append(
+            "--controllers=*,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller"
+        )
     url = f"https://{LOOPBACK}:{ports.controller_manager}/healthz"
     return Component("kube-controller-manager", argv, _is_ok(url, kubeapi.insecure_context()), 60)
 
 
-def kube_scheduler(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def kube_scheduler(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     argv = [
         str(bins.binary("kube-scheduler")),
         f"--kubeconfig={lay.component_kubeconfig('scheduler')}",
@@ -241,7 +296,7 @@ def kube_scheduler(bins: BinDir, lay: Layout, ports: Ports) -> Component:
     return Component("kube-scheduler", argv, _is_ok(url, kubeapi.insecure_context()), 60)
 
 
-def kwok(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def kwok(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     key, value = KWOK_NODE_ANNOTATION
     argv = [
         str(bins.binary("kwok")),
@@ -250,7 +305,7 @@ def kwok(bins: BinDir, lay: Layout, ports: Ports) -> Component:
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={key}={value}",
         f"--node-ip={LOOPBACK}",
-        f"--cidr={POD_CIDR}",
+        f"--cidr={addrs.kwok_pod_cidr}",
         "--node-lease-duration-seconds=40",
         f"--server-address={LOOPBACK}:{ports.kwok}",
     ]
@@ -258,6 +313,6 @@ def kwok(bins: BinDir, lay: Layout, ports: Ports) -> Component:
     return Component("kwok", argv, _is_ok(url, None), 30)
 
 
-Factory = Callable[[BinDir, Layout, Ports], Component]
+Factory = Callable[[BinDir, Layout, Ports, Addresses], Component]
 # Start order matters: each component needs the ones before it.
 CORE: tuple[Factory, ...] = (etcd, kube_apiserver, kube_controller_manager, kube_scheduler, kwok)

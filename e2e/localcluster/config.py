@@ -24,6 +24,15 @@ BINARIES = (
     "helm",
     "lws-controller",
     "prometheus",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "crictl",
+    "pause",
+    "cni/bridge",
+    "cni/host-local",
+    "cni/loopback",
+    "cni/portmap",
 )
 KWOK_STAGES = "kwok-stages.yaml"
 
@@ -49,6 +58,11 @@ def versions_stamp(path: Path = VERSIONS_FILE) -> str:
 def cache_root() -> Path:
     env = os.environ.get("DISAGG_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "disagg-operator"
+
+
+def real_node_wanted() -> bool:
+    """Whether clusters get the real worker node (on unless DISAGG_E2E_REAL_NODE=0)."""
+    return os.environ.get("DISAGG_E2E_REAL_NODE", "1") != "0"
 
 
 def default_state_dir() -> Path:

@@ -30,12 +30,12 @@ class Api:
         ctx.load_cert_chain(str(pki.client_cert(client)), str(pki.client_key(client)))
         self._ctx = ctx
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, context=self._ctx, timeout=TIMEOUT_SECONDS) as resp:
                 raw = resp.read()
@@ -45,6 +45,9 @@ class Api:
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
+
+    def json_patch(self, path: str, operations: list[dict[str, Any]]) -> Any:
+        return self.request("PATCH", path, operations, "application/json-patch+json")
 
     def create(self, path: str, obj: dict[str, Any]) -> bool:
         """POST `obj`; False if it already exists (so callers stay idempotent)."""

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from . import components
-from .components import LOOPBACK, Component, Layout, Ports
+from .components import LOOPBACK, Addresses, Component, Layout, Ports
 from .config import BinDir
 from .kubeapi import Api
 
@@ -40,8 +40,8 @@ def manifests_dir(bins: BinDir) -> Path:
     return bins.path / "lws"
 
 
-def _api(lay: Layout, ports: Ports) -> Api:
-    return Api(components.apiserver_url(ports), lay.pki)
+def _api(lay: Layout, ports: Ports, addrs: Addresses) -> Api:
+    return Api(components.apiserver_url(addrs, ports), lay.pki)
 
 
 def _write_config(lay: Layout, ports: Ports) -> Path:
@@ -131,7 +131,7 @@ def _serving(port: int) -> bool:
         return False
 
 
-def component(bins: BinDir, lay: Layout, ports: Ports) -> Component:
+def component(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     config = lay.lws_dir / "config.yaml"
     mdir = manifests_dir(bins)
     argv = [
@@ -142,7 +142,7 @@ def component(bins: BinDir, lay: Layout, ports: Ports) -> Component:
 
     def prepare() -> None:
         _write_config(lay, ports)
-        install_crds(_api(lay, ports), mdir / "crds")
+        install_crds(_api(lay, ports, addrs), mdir / "crds")
 
     def ready() -> bool:
         health = components.fetch_ok(f"http://{LOOPBACK}:{ports.lws_health}/readyz")
@@ -150,6 +150,6 @@ def component(bins: BinDir, lay: Layout, ports: Ports) -> Component:
 
     def finish() -> None:
         configs = webhook_configurations(mdir, ports.lws_webhook, lay.pki.ca_cert.read_bytes())
-        register_webhooks(_api(lay, ports), configs)
+        register_webhooks(_api(lay, ports, addrs), configs)
 
     return Component(NAME, argv, ready, 60, prepare=prepare, finish=finish)

@@ -30,7 +30,10 @@ APISERVER_DNS_NAMES = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
-APISERVER_IPS = ("127.0.0.1", KUBERNETES_SERVICE_IP)
+# The real node's bridge address (network.NODE_IP), where the API server listens when the cluster has a real node.
+NODE_IP = "198.18.0.1"
+APISERVER_IPS = ("127.0.0.1", KUBERNETES_SERVICE_IP, NODE_IP)
+REAL_NODE_NAME = "real-0"
 
 # Client identities: file stem -> (user, groups). The controller-manager and
 # scheduler use the identities that the bootstrap RBAC policy grants their
@@ -42,6 +45,14 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kwok": ("kwok-controller", ("system:masters",)),
     # Out-of-cluster LeaderWorkerSet controller; its chart's RBAC is not installed.
     "lws": ("lws-controller", ("system:masters",)),
+    # The real node, with the identities the Node authorizer and the bootstrap policy (system:node-proxier)
+    # expect, as on a kubeadm node.
+    "kubelet": (f"system:node:{REAL_NODE_NAME}", ("system:nodes",)),
+    "kube-proxy": ("system:kube-proxy", ()),
+    # The API server's identity towards kubelets (logs, exec, port-forward).
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
+    # Cluster DNS, a harness process like kwok.
+    "coredns": ("coredns", ("system:masters",)),
 }
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
@@ -76,6 +87,14 @@ class Pki:
     @property
     def webhook_key(self) -> Path:
         return self.dir / "webhook.key"
+
+    @property
+    def kubelet_serving_cert(self) -> Path:
+        return self.dir / "kubelet-serving.crt"
+
+    @property
+    def kubelet_serving_key(self) -> Path:
+        return self.dir / "kubelet-serving.key"
 
     @property
     def sa_key(self) -> Path:
@@ -214,6 +233,11 @@ def generate(directory: Path) -> Pki:
     cert, key = _issue(ca, _name("loopback-webhook"), ExtendedKeyUsageOID.SERVER_AUTH, loopback)
     _write_cert(pki.webhook_cert, cert)
     _write_key(pki.webhook_key, key)
+
+    node = [x509.IPAddress(ipaddress.ip_address(NODE_IP)), x509.DNSName(REAL_NODE_NAME)]
+    cert, key = _issue(ca, _name(REAL_NODE_NAME), ExtendedKeyUsageOID.SERVER_AUTH, node)
+    _write_cert(pki.kubelet_serving_cert, cert)
+    _write_key(pki.kubelet_serving_key, key)
 
     for stem, (user, groups) in CLIENTS.items():
         cert, key = _issue(ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH)

@@ -119,8 +119,8 @@ def terminate(records: Sequence[ProcessRecord]) -> list[ProcessRecord]:
     return survivors
 
 
-def strays(bin_dir: Path, state_dir: Path) -> list[ProcessRecord]:
-    """Processes running one of our binaries with our state dir in their argv.
+def strays(bin_dir: Path, state_dir: Path, programs: tuple[str, ...] = ()) -> list[ProcessRecord]:
+    """Processes running one of our binaries (or `programs` in `bin_dir`) with our state dir in their argv.
 
     This finds leftovers even when the state file was lost (e.g. `up` was
     killed half-way), without ever matching unrelated processes by name.
@@ -131,20 +131,42 @@ def strays(bin_dir: Path, state_dir: Path) -> list[ProcessRecord]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        record = _inspect(int(entry.name), bin_prefix, state)
+        record = _inspect(int(entry.name), bin_prefix, state, programs)
         if record is not None:
             found.append(record)
     return found
 
 
-def _inspect(pid: int, bin_prefix: str, state: str) -> ProcessRecord | None:
+def descendants(parents: Sequence[ProcessRecord]) -> list[ProcessRecord]:
+    """Every live process below `parents`, each after its parent (so `terminate`, which goes backwards, stops
+    children before their parents)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[ProcessRecord] = []
+    todo = [p.pid for p in parents]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            ticks = start_ticks(child)
+            if ticks is not None:
+                found.append(ProcessRecord(f"pid-{child}", child, ticks, ()))
+                todo.append(child)
+    return found
+
+
+def _inspect(pid: int, bin_prefix: str, state: str, programs: tuple[str, ...] = ()) -> ProcessRecord | None:
     try:
         exe = str(Path(f"/proc/{pid}/exe").readlink())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
     args = tuple(a.decode(errors="replace") for a in argv if a)
-    if not exe.startswith(bin_prefix) or not any(state in a for a in args):
+    ours = exe.startswith(bin_prefix) and (not programs or Path(exe).name in programs)
+    if not ours or not any(state in a for a in args):
         return None
     ticks = start_ticks(pid)
     if ticks is None:

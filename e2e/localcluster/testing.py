@@ -1,7 +1,9 @@
-"""Helpers for tests that drive any cluster through kubectl.
+"""Helpers for tests that drive any cluster through its kubeconfig.
 
-Tests talk to the cluster via the real kubectl, so they run unchanged against
-the local control plane, kind or any other cluster a kubeconfig points at.
+Tests talk to the cluster with the real kubectl (apply, explain, scale: what a
+user types) and with kr8s (queries and waits, in-process), so they run
+unchanged against the local control plane, kind or any other cluster a
+kubeconfig points at.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import kr8s
 
 T = TypeVar("T")
 
@@ -62,6 +66,12 @@ class KubeCluster:
 
     def apply(self, obj: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+
+    @property
+    def api(self) -> kr8s.Api:
+        """kr8s on the same kubeconfig, for queries and waits without a kubectl process each (kr8s keeps one
+        client per kubeconfig and thread)."""
+        return kr8s.api(kubeconfig=str(self.kubeconfig))
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, every: float = 0.5) -> T:

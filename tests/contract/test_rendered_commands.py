@@ -28,8 +28,10 @@ def _vllm_items() -> list[dict[str, Any]]:
                         "env": env,
                     }
                 )
-        if plan.render_argv is not None:
-            items.append({"id": f"{path.stem}/render", "command": "launch-render", "argv": plan.render_argv, "env": {}})
+        if plan.render_tier_argv is not None:
+            items.append(
+                {"id": f"{path.stem}/render", "command": "launch-render", "argv": plan.render_tier_argv, "env": {}}
+            )
     return items
 
 

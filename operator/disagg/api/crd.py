@@ -14,15 +14,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from .deployment import (
-    GROUP,
-    KIND,
-    PLURAL,
-    SHORT_NAMES,
-    SINGULAR,
-    VERSION,
-    DisaggDeploymentSpec,
-)
+from disagg.names import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+
+from .deployment import DisaggDeploymentSpec
 from .status import DisaggDeploymentStatus
 
 # JSONSchemaProps keys the API server understands; anything else pydantic emits (title, $defs, examples...) goes.

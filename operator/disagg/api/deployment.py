@@ -18,13 +18,6 @@ from .status import DisaggDeploymentStatus
 from .transfer import TransferSpec
 from .types import Annotations, Labels
 
-GROUP = "disagg.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "DisaggDeployment"
-PLURAL = "disaggdeployments"
-SINGULAR = "disaggdeployment"
-SHORT_NAMES = ("dd", "disagg")
 MAX_NAME_LENGTH = 40
 """Children are named <name>-prefill etc., and LeaderWorkerSet pods add replica and worker indices and a
 revision hash to label values capped at 63 characters, so the resource name itself must stay short."""

@@ -71,7 +71,7 @@ class RouterSpec(ApiModel):
     )
 
 
-class RenderSpec(ApiModel):
+class RenderTierSpec(ApiModel):
     """GPU-less `vllm launch render` tier for tokenization and chat templating; engines then run --tokens-only."""
 
     enabled: bool = Field(default=False, description="Deploy the render tier.")
@@ -101,5 +101,5 @@ class FrontendSpec(ApiModel):
     """Everything in front of the engines."""
 
     router: RouterSpec = Field(default_factory=RouterSpec, description="The P/D-aware router.")
-    render: RenderSpec = Field(default_factory=RenderSpec, description="Optional GPU-less render tier.")
+    render: RenderTierSpec = Field(default_factory=RenderTierSpec, description="Optional GPU-less render tier.")
     service: ServiceSpec = Field(default_factory=ServiceSpec, description="The user-facing Service.")

@@ -68,6 +68,8 @@ OWNED_ENGINE_FLAGS: dict[str, str] = {
     "--tool-call-parser": "spec.engine.chat.toolCallParser",
     "--enable-auto-tool-choice": "spec.engine.chat.enableAutoToolChoice",
     "--tokens-only": "spec.frontend.render.enabled",
+    "--no-disable-hybrid-kv-cache-manager": "nothing (the operator keeps the hybrid KV cache manager on for "
+    "hybrid models)",
     "--api-server-count": "nothing (one API server per replica keeps the router's view exact)",
     "-asc": "nothing (one API server per replica keeps the router's view exact)",
 }

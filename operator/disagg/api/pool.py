@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from disagg.names import PoolName as PoolName  # re-exported: scaling/ still imports it from here
+
 from .base import ApiModel
 from .cel import CelRule, exactly_one_of, with_cel
 from .engine import EngineSettings
@@ -258,7 +260,3 @@ class PoolSpec(ApiModel):
         default=None,
         description="Override of the pod termination grace period. Default: the engine's shutdown timeout plus 30s.",
     )
-
-
-PoolName = Literal["prefill", "decode"]
-DeploymentShape = Literal["Deployment", "LeaderWorkerSet"]

@@ -1,17 +1,39 @@
-"""Derived facts every later stage agrees on: a pool's effective engine settings and the model family."""
+"""Derived facts every later stage agrees on, each decided here once.
+
+The small functions (a pool's effective engine settings, its layout over nodes, its GPUs, the connector settings
+with their defaults, the model family) are total over any parsed spec, so the validation rules use them too.
+`resolve_deployment` builds the whole view of a validated DisaggDeployment once; the planners take that view,
+never the spec, so no planner derives a fact again.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
-from .deployment import DisaggDeploymentSpec
-from .engine import EngineSettings
+from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
+
+from .deployment import DisaggDeployment, DisaggDeploymentSpec
+from .engine import DEFAULT_ENGINE_IMAGE, ChatSettings, EngineSettings
+from .frontend import FrontendSpec
+from .kvcache import KvCacheSpec, MooncakeStore
 from .model import ModelSpec
-from .pool import PoolName, PoolSpec
-from .types import EnvVar
+from .pool import CustomContainer, PoolSpec
+from .transfer import (
+    ConnectorKind,
+    CustomConnectorSettings,
+    LmcacheSettings,
+    MooncakeSettings,
+    MoriioSettings,
+    NetworkSettings,
+    NixlSettings,
+    TransferSpec,
+)
+from .types import EnvVar, Quantity
 
 ResolvedFamily = Literal["dense", "moe", "mla", "hybrid-ssm"]
+DEFAULT_PULL_POLICY = "IfNotPresent"
 
 # Well-known model names whose architecture changes what P/D needs. Matching is on the repository name, case-
 # insensitive; anything unknown stays "dense" (no presets), and users can always set spec.model.family.
@@ -39,6 +61,9 @@ def resolve_family(model: ModelSpec) -> ResolvedFamily:
         if re.search(pattern, name):
             return family
     return "dense"
+
+
+# -- facts of one pool, total over any parsed spec --------------------------------------------------------------
 
 
 def pool_of(spec: DisaggDeploymentSpec, role: PoolName) -> PoolSpec:
@@ -77,9 +102,217 @@ def gpus_per_pod(pool: PoolSpec) -> int:
     return pool.gpus_per_node or gpus_per_replica(pool) // pool.nodes_per_replica
 
 
-def is_multi_node(pool: PoolSpec) -> bool:
-    return pool.nodes_per_replica > 1
-
-
 def operator_scales(pool: PoolSpec) -> bool:
     return pool.autoscaling.enabled and pool.autoscaling.controller == "operator"
+
+
+LayoutKind = Literal["single", "data-parallel", "tensor-parallel"]
+
+
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """How one replica spreads over pods: a single pod; data-parallel ranks split evenly over nodes; or, with one
+    data-parallel rank, tensor/pipeline ranks spanning nodes. The last two are LeaderWorkerSet groups."""
+
+    kind: LayoutKind
+    pods: int
+    """Pods (nodes) per replica: the LeaderWorkerSet group size."""
+    ranks_per_pod: int
+    """Data-parallel ranks (engine cores) running in one pod."""
+
+    @property
+    def multi_node(self) -> bool:
+        return self.kind != "single"
+
+
+def replica_layout(pool: PoolSpec) -> ReplicaLayout:
+    nodes = pool.nodes_per_replica
+    if nodes == 1:
+        return ReplicaLayout("single", 1, pool.data_parallel)
+    if pool.data_parallel > 1:
+        # Validation makes dataParallel a multiple of nodesPerReplica; the floor of 1 keeps this total for the rules.
+        return ReplicaLayout("data-parallel", nodes, max(1, pool.data_parallel // nodes))
+    return ReplicaLayout("tensor-parallel", nodes, 1)
+
+
+ONE_POD = ReplicaLayout("single", 1, 1)
+"""The layout of a custom engine: one pod per replica, whatever it does inside."""
+
+
+# -- connector settings with their defaults ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedTransfer:
+    """spec.transfer with every connector block present: the user's settings, or the documented defaults."""
+
+    connector: ConnectorKind
+    nixl: NixlSettings
+    moriio: MoriioSettings
+    mooncake: MooncakeSettings
+    lmcache: LmcacheSettings
+    custom: CustomConnectorSettings | None
+    network: NetworkSettings
+    buffer_device: str | None
+    load_failure_policy: str
+
+
+def resolve_transfer(transfer: TransferSpec) -> ResolvedTransfer:
+    return ResolvedTransfer(
+        connector=transfer.connector,
+        nixl=transfer.nixl or NixlSettings(),
+        moriio=transfer.moriio or MoriioSettings(),
+        mooncake=transfer.mooncake or MooncakeSettings(),
+        lmcache=transfer.lmcache or LmcacheSettings(),
+        custom=transfer.custom,
+        network=transfer.network,
+        buffer_device=transfer.buffer_device,
+        load_failure_policy=transfer.load_failure_policy,
+    )
+
+
+@dataclass(frozen=True)
+class LmcacheServer:
+    """The shared LMCache server and how its clients reach it."""
+
+    port: int
+    size: Quantity
+    image: str
+    chunk_size: int | None
+
+
+def lmcache_server(spec: DisaggDeploymentSpec) -> LmcacheServer | None:
+    """The LMCache server's settings when anything uses LMCache (the transfer connector or the store tier): the
+    store block describes the server when given, else the transfer's settings or their defaults do."""
+    store = spec.kv_cache.store
+    if spec.transfer.connector != "lmcache" and (store is None or store.type != "lmcache"):
+        return None
+    own = store.lmcache if store is not None else None
+    channel = spec.transfer.lmcache or LmcacheSettings()
+    return LmcacheServer(
+        port=own.port if own else channel.server_port,
+        size=own.size if own else channel.server_size,
+        image=(own.server_image if own else None) or shared_image(spec),
+        chunk_size=channel.chunk_size if channel.chunk_size is not None else (own.chunk_size if own else None),
+    )
+
+
+def mooncake_store(spec: DisaggDeploymentSpec) -> MooncakeStore | None:
+    store = spec.kv_cache.store
+    if store is None or store.type != "mooncake":
+        return None
+    return store.mooncake or MooncakeStore()
+
+
+def shared_image(spec: DisaggDeploymentSpec) -> str:
+    """The image of what is not an engine pool but runs vLLM's code (render tier, KV-store daemons)."""
+    return spec.engine.image or DEFAULT_ENGINE_IMAGE
+
+
+# -- the resolved view ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedPool:
+    """One pool as every planner sees it."""
+
+    role: PoolName
+    spec: PoolSpec
+    engine: EngineSettings
+    """spec.engine with this pool's overrides laid over it."""
+    image: str
+    image_pull_policy: str
+    layout: ReplicaLayout
+    gpus_per_replica: int
+    gpus_per_pod: int
+    selector: dict[str, str]
+    """Labels selecting every pod of the pool."""
+    api_selector: dict[str, str]
+    """Labels selecting the pods that serve HTTP: the leaders of multi-node replicas, every pod otherwise."""
+
+    @property
+    def custom(self) -> CustomContainer | None:
+        return self.spec.custom_container
+
+    @property
+    def replicas_owned_elsewhere(self) -> bool:
+        """An autoscaler (ours, or an external HPA/KEDA) owns the replica count; spec.replicas only starts it."""
+        return self.spec.autoscaling.enabled
+
+
+def resolve_pool(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) -> ResolvedPool:
+    pool = pool_of(spec, role)
+    engine = effective_engine(spec, role)
+    layout = replica_layout(pool) if pool.custom_container is None else ONE_POD
+    return ResolvedPool(
+        role=role,
+        spec=pool,
+        engine=engine,
+        image=engine.image or DEFAULT_ENGINE_IMAGE,
+        image_pull_policy=engine.image_pull_policy or DEFAULT_PULL_POLICY,
+        layout=layout,
+        gpus_per_replica=gpus_per_replica(pool),
+        gpus_per_pod=gpus_per_pod(pool),
+        selector=selector_labels(deployment, role),
+        api_selector=api_pod_selector(deployment, role, layout.multi_node),
+    )
+
+
+@dataclass(frozen=True)
+class ResolvedDeployment:
+    """A validated DisaggDeployment as the plan stage reads it: shared settings, both pools and the KV plumbing,
+    with every default applied and every derived fact decided."""
+
+    name: str
+    namespace: str | None
+    family: ResolvedFamily
+    model: ModelSpec
+    chat: ChatSettings
+    python_hash_seed: int
+    shared_image: str
+    shared_pull_policy: str
+    max_model_len: int | None
+    """spec.engine.maxModelLen, which the render tier shares with the engines."""
+    prefill: ResolvedPool
+    decode: ResolvedPool
+    transfer: ResolvedTransfer
+    kv_cache: KvCacheSpec
+    mooncake_store: MooncakeStore | None
+    lmcache: LmcacheServer | None
+    frontend: FrontendSpec
+
+    @property
+    def pools(self) -> tuple[ResolvedPool, ResolvedPool]:
+        return self.prefill, self.decode
+
+    def pool(self, role: PoolName) -> ResolvedPool:
+        return self.prefill if role == "prefill" else self.decode
+
+    @property
+    def tokens_only(self) -> bool:
+        """With a render tier, engines take and return token ids only."""
+        return self.frontend.render.enabled
+
+
+def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = None) -> ResolvedDeployment:
+    spec = deployment.spec
+    name = deployment.metadata.name
+    prefill, decode = (resolve_pool(spec, name, role) for role in POOLS)
+    return ResolvedDeployment(
+        name=name,
+        namespace=namespace or deployment.metadata.namespace,
+        family=resolve_family(spec.model),
+        model=spec.model,
+        chat=spec.engine.chat,
+        python_hash_seed=spec.engine.python_hash_seed,
+        shared_image=shared_image(spec),
+        shared_pull_policy=spec.engine.image_pull_policy or DEFAULT_PULL_POLICY,
+        max_model_len=spec.engine.max_model_len,
+        prefill=prefill,
+        decode=decode,
+        transfer=resolve_transfer(spec.transfer),
+        kv_cache=spec.kv_cache,
+        mooncake_store=mooncake_store(spec),
+        lmcache=lmcache_server(spec),
+        frontend=spec.frontend,
+    )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from disagg.names import POOLS
+
 from .deployment import DisaggDeploymentSpec
 from .engine import EngineSettings
 from .errors import Problem
@@ -24,12 +26,13 @@ from .resolve import (
     effective_engine,
     gpus_per_replica,
     operator_scales,
+    replica_layout,
     resolve_family,
+    resolve_transfer,
 )
 from .types import ArgList
 
 Rule = Callable[[DisaggDeploymentSpec, ResolvedFamily], Iterator[Problem]]
-POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
 RULES: list[Rule] = []
 
 
@@ -72,7 +75,7 @@ def storage_has_one_source(spec: DisaggDeploymentSpec, family: ResolvedFamily) -
 @rule
 def replica_topology_needs_multi_node(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     for role, pool in _pools(spec):
-        if pool.scheduling.replica_topology_key is not None and pool.nodes_per_replica == 1:
+        if pool.scheduling.replica_topology_key is not None and not replica_layout(pool).multi_node:
             yield Problem(
                 f"spec.{role}.scheduling.replicaTopologyKey",
                 "it keeps the pods of a multi-node replica together, and this pool has one node per replica",
@@ -192,10 +195,10 @@ def gpu_arithmetic(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterat
 
 
 @rule
-def multi_node_layout(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+def data_parallel_spreads_evenly(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     for role, pool in _pools(spec):
         nodes = pool.nodes_per_replica
-        if nodes == 1 or pool.data_parallel == 1:
+        if replica_layout(pool).kind != "data-parallel":
             continue
         if pool.data_parallel % nodes:
             yield Problem(
@@ -545,30 +548,24 @@ def owned_engine_env(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iter
 
 @rule
 def engine_ports_distinct(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    transfer = resolve_transfer(spec.transfer)
     for role, pool in _pools(spec):
         if role == "decode" and pool.custom_container is not None:
             continue
-        ranks_per_pod = max(1, pool.data_parallel // pool.nodes_per_replica)
         ranges: list[tuple[str, int, int]] = [("the engine HTTP port", ENGINE_HTTP_PORT, ENGINE_HTTP_PORT)]
-        transfer = spec.transfer
         if transfer.connector in ("nixl", "nixl-push"):
-            base = transfer.nixl.side_channel_port if transfer.nixl else 5600
-            ranges.append(("spec.transfer.nixl.sideChannelPort", base, base + _global_dp_ranks(pool) - 1))
+            # The side channel binds base + global data-parallel rank, so a pod hosting ranks [start, start + local)
+            # uses ports up to base + dataParallel - 1.
+            base = transfer.nixl.side_channel_port
+            ranges.append(("spec.transfer.nixl.sideChannelPort", base, base + pool.data_parallel - 1))
         if transfer.connector == "mooncake" and role == "prefill":
-            port = transfer.mooncake.bootstrap_port if transfer.mooncake else 8998
+            port = transfer.mooncake.bootstrap_port
             ranges.append(("spec.transfer.mooncake.bootstrapPort", port, port))
-        if transfer.connector == "moriio" and transfer.moriio is not None:
-            span = ranks_per_pod - 1 + pool.tensor_parallel - 1
-            ranges.append(
-                (
-                    "spec.transfer.moriio.handshakePort",
-                    transfer.moriio.handshake_port,
-                    transfer.moriio.handshake_port + span,
-                )
-            )
-            ranges.append(
-                ("spec.transfer.moriio.notifyPort", transfer.moriio.notify_port, transfer.moriio.notify_port + span)
-            )
+        if transfer.connector == "moriio":
+            moriio = transfer.moriio
+            span = replica_layout(pool).ranks_per_pod - 1 + pool.tensor_parallel - 1
+            ranges.append(("spec.transfer.moriio.handshakePort", moriio.handshake_port, moriio.handshake_port + span))
+            ranges.append(("spec.transfer.moriio.notifyPort", moriio.notify_port, moriio.notify_port + span))
         for i, (name_a, low_a, high_a) in enumerate(ranges):
             for name_b, low_b, high_b in ranges[i + 1 :]:
                 if low_a <= high_b and low_b <= high_a:
@@ -578,9 +575,3 @@ def engine_ports_distinct(spec: DisaggDeploymentSpec, family: ResolvedFamily) ->
                         f"({name_a})",
                         "move the base port so the ranges are disjoint",
                     )
-
-
-def _global_dp_ranks(pool: PoolSpec) -> int:
-    # The NIXL side channel binds base + global DP rank, so a pod hosting ranks [start, start + local) uses ports up
-    # to base + dataParallel - 1.
-    return pool.data_parallel

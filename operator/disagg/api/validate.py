@@ -10,7 +10,9 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from .deployment import API_VERSION, GROUP, KIND, DisaggDeployment, DisaggDeploymentSpec
+from disagg.names import API_VERSION, GROUP, KIND
+
+from .deployment import DisaggDeployment, DisaggDeploymentSpec
 from .errors import Problem, problems_from_validation_error
 from .rules import check_spec
 

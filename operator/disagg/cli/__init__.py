@@ -7,6 +7,7 @@ import click
 from disagg import __version__
 
 from .crd import crd
+from .frontend import frontend
 from .plan import plan_command
 from .render import render
 from .run import run
@@ -24,6 +25,7 @@ cli.add_command(validate)
 cli.add_command(render)
 cli.add_command(plan_command)
 cli.add_command(run)
+cli.add_command(frontend)
 
 
 def main() -> None:

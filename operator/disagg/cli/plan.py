@@ -36,6 +36,6 @@ def plan_command(files: tuple[Path, ...]) -> None:
             click.echo(f"  {engine.role} environment: {env}")
         if plan.router_argv is not None:
             click.echo(f"\n  router: vllm-router {shlex.join(plan.router_argv)}")
-        if plan.render_argv is not None:
-            click.echo(f"  render: vllm launch render {shlex.join(plan.render_argv)}")
+        if plan.render_tier_argv is not None:
+            click.echo(f"  render: vllm launch render {shlex.join(plan.render_tier_argv)}")
         click.echo("")

@@ -1,28 +1,38 @@
-"""spec -> plan: the one entry point of the plan stage."""
+"""spec -> resolved view -> plan: the one entry point of the plan stage."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from disagg.api.deployment import DisaggDeployment
-from disagg.api.resolve import resolve_family
+from disagg.api.resolve import resolve_deployment
+from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
 from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
-from .names import common_labels, kv_config_name
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
 from .stores import plan_store
 
 
+def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
+    """The controller owner reference of every child: the garbage collector deletes children with their
+    DisaggDeployment, and pruning deletes only objects that carry it."""
+    uid = deployment.metadata.uid
+    if uid is None:
+        return []
+    reference = {"apiVersion": API_VERSION, "kind": KIND, "name": deployment.metadata.name, "uid": uid}
+    return [{**reference, "controller": True, "blockOwnerDeletion": True}]
+
+
 def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
     """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
-    spec = deployment.spec
-    name = deployment.metadata.name
-    namespace = namespace or deployment.metadata.namespace
-    family = resolve_family(spec.model)
-    pools = [plan_pool(spec, name, role, family) for role in ("prefill", "decode")]
-    router = plan_router(spec, name)
-    render = plan_render_tier(spec, name)
-    store = plan_store(spec, name)
+    resolved = resolve_deployment(deployment, namespace)
+    name, namespace = resolved.name, resolved.namespace
+    pools = [plan_pool(resolved, pool) for pool in resolved.pools]
+    router = plan_router(resolved)
+    render_tier = plan_render_tier(resolved)
+    store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
 
     workloads: list[WorkloadPlan] = []
     services: list[ServicePlan] = []
@@ -35,10 +45,11 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     if router is not None:
         workloads.append(router.workload)
         services.append(router.service)
-    if render is not None:
-        workloads.append(render.workload)
-        services.append(render.service)
-    services.append(user_facing_service(spec, name, has_router=router is not None))
+    if render_tier is not None:
+        workloads.append(render_tier.workload)
+        services.append(render_tier.service)
+    frontend = resolved.frontend
+    services.append(user_facing_service(name, frontend.service, resolved.decode, has_router=router is not None))
 
     files: dict[str, str] = {}
     for pool in pools:
@@ -49,13 +60,14 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
     return DeploymentPlan(
         name=name,
         namespace=namespace,
-        family=family,
-        endpoint=f"http://{endpoint_host}:{spec.frontend.service.port}",
+        owner_references=owner_references(deployment),
+        family=resolved.family,
+        endpoint=f"http://{endpoint_host}:{frontend.service.port}",
         workloads=workloads,
         services=services,
         config_maps=config_maps if files else [],
         rbac=router.rbac if router is not None else None,
         engines=[pool.command for pool in pools if pool.command is not None],
         router_argv=router.argv if router is not None else None,
-        render_argv=render.argv if render is not None else None,
+        render_tier_argv=render_tier.argv if render_tier is not None else None,
     )

@@ -3,55 +3,32 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.engine import ChatSettings, EngineSettings
 from disagg.api.owned import ENGINE_HTTP_PORT
-from disagg.api.pool import PoolSpec
-from disagg.api.resolve import ResolvedFamily
+from disagg.api.resolve import ResolvedDeployment, ResolvedPool
+from disagg.names import LWS_LEADER_ADDRESS_ENV, LWS_WORKER_INDEX_ENV
 
 DP_RPC_PORT = 13345
 """Port the data-parallel coordinator of a multi-node replica listens on; every node uses the same one."""
 TP_MASTER_PORT = 29501
-LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
-WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+LEADER_ADDRESS = f"$({LWS_LEADER_ADDRESS_ENV})"
+WORKER_INDEX = f"$({LWS_WORKER_INDEX_ENV})"
 """LeaderWorkerSet injects the leader's address into every container; Kubernetes expands $(VAR) in args."""
 
 NodeRole = Literal["single", "leader", "worker"]
-Layout = Literal["single", "data-parallel", "tensor-parallel"]
-
-
-@dataclass(frozen=True)
-class MultiNode:
-    """How a replica spreads over nodes: data-parallel ranks per node, or tensor/pipeline ranks across nodes."""
-
-    layout: Layout
-    nodes: int
-    ranks_per_node: int
-
-
-def multi_node_layout(pool: PoolSpec) -> MultiNode:
-    if pool.nodes_per_replica == 1:
-        return MultiNode("single", 1, pool.data_parallel)
-    if pool.data_parallel > 1:
-        return MultiNode("data-parallel", pool.nodes_per_replica, pool.data_parallel // pool.nodes_per_replica)
-    return MultiNode("tensor-parallel", pool.nodes_per_replica, 1)
 
 
 def engine_argv(
-    spec: DisaggDeploymentSpec,
-    pool: PoolSpec,
-    engine: EngineSettings,
-    family: ResolvedFamily,
+    deployment: ResolvedDeployment,
+    pool: ResolvedPool,
     kv_transfer_config: dict[str, Any] | None,
     node_role: NodeRole,
-    tokens_only: bool,
 ) -> list[str]:
     """Arguments after `vllm serve`. Workers of multi-node replicas get --headless; their per-node rank is added
     by the pod's start script (see pool.py), because it depends on the LeaderWorkerSet worker index."""
-    model = spec.model
+    model = deployment.model
     argv: list[str] = [model.name]
     argv += ["--served-model-name", model.served_name or model.name]
     argv += ["--port", str(ENGINE_HTTP_PORT)]
@@ -60,42 +37,42 @@ def engine_argv(
     if model.trust_remote_code:
         argv.append("--trust-remote-code")
     argv += _parallelism(pool, node_role)
-    argv += _engine_settings(engine)
+    argv += _engine_settings(pool.engine)
     if node_role != "worker":
-        argv += chat_argv(spec.engine.chat)
-    if family == "hybrid-ssm":
+        argv += chat_argv(deployment.chat)
+    if deployment.family == "hybrid-ssm":
         # Explicit, so a connector without hybrid-KV support fails loudly instead of vLLM quietly turning HMA off.
         argv.append("--no-disable-hybrid-kv-cache-manager")
-    if tokens_only and node_role != "worker":
+    if deployment.tokens_only and node_role != "worker":
         argv.append("--tokens-only")
     if kv_transfer_config is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config, separators=(",", ":"), sort_keys=False)]
-    argv += list(engine.extra_args)
+    argv += list(pool.engine.extra_args)
     return argv
 
 
-def _parallelism(pool: PoolSpec, node_role: NodeRole) -> list[str]:
-    argv = ["--tensor-parallel-size", str(pool.tensor_parallel)]
-    if pool.pipeline_parallel > 1:
-        argv += ["--pipeline-parallel-size", str(pool.pipeline_parallel)]
-    layout = multi_node_layout(pool)
-    if pool.data_parallel > 1:
-        argv += ["--data-parallel-size", str(pool.data_parallel)]
-    if layout.layout == "data-parallel":
-        argv += ["--data-parallel-size-local", str(layout.ranks_per_node)]
+def _parallelism(pool: ResolvedPool, node_role: NodeRole) -> list[str]:
+    spec, layout = pool.spec, pool.layout
+    argv = ["--tensor-parallel-size", str(spec.tensor_parallel)]
+    if spec.pipeline_parallel > 1:
+        argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel)]
+    if spec.data_parallel > 1:
+        argv += ["--data-parallel-size", str(spec.data_parallel)]
+    if layout.kind == "data-parallel":
+        argv += ["--data-parallel-size-local", str(layout.ranks_per_pod)]
         argv += ["--data-parallel-address", LEADER_ADDRESS, "--data-parallel-rpc-port", str(DP_RPC_PORT)]
-    elif layout.layout == "tensor-parallel":
-        argv += ["--nnodes", str(layout.nodes)]
+    elif layout.kind == "tensor-parallel":
+        argv += ["--nnodes", str(layout.pods)]
         argv += ["--master-addr", LEADER_ADDRESS, "--master-port", str(TP_MASTER_PORT)]
         argv += ["--node-rank", "0" if node_role == "leader" else WORKER_INDEX]
     if node_role == "worker":
         argv.append("--headless")
-    if pool.expert_parallel:
+    if spec.expert_parallel:
         argv.append("--enable-expert-parallel")
-    if pool.decode_context_parallel > 1:
-        argv += ["--decode-context-parallel-size", str(pool.decode_context_parallel)]
-    if pool.prefill_context_parallel > 1:
-        argv += ["--prefill-context-parallel-size", str(pool.prefill_context_parallel)]
+    if spec.decode_context_parallel > 1:
+        argv += ["--decode-context-parallel-size", str(spec.decode_context_parallel)]
+    if spec.prefill_context_parallel > 1:
+        argv += ["--prefill-context-parallel-size", str(spec.prefill_context_parallel)]
     return argv
 
 

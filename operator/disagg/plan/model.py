@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.api.pool import PoolName
 from disagg.api.resolve import ResolvedFamily
+from disagg.names import PoolName
 
 Json = Any
 WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
@@ -53,9 +53,13 @@ class WorkloadPlan:
     strategy: Json
     group_size: int = 1
     worker_pod: PodPlan | None = None
+    startup_policy: str | None = None
+    """LeaderWorkerSet only: when the workers of a group are created."""
+    group_restart_policy: str | None = None
+    """LeaderWorkerSet only: what a failing pod does to its group."""
     replicas_owned_elsewhere: bool = False
-    """True when an autoscaler (ours or an external HPA/KEDA) owns the replica count; the reconciler then leaves
-    the field to that owner after creation."""
+    """True when an autoscaler (ours or an external HPA/KEDA) owns the replica count. `replicas` is then the count
+    a new workload starts with; reconcile/ownership.py decides when the field is handed over to that owner."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class EngineCommand:
 class DeploymentPlan:
     name: str
     namespace: str | None
+    owner_references: list[Json]
+    """The controller reference every child carries, when the DisaggDeployment has a uid (it was read from a
+    cluster); empty for a file that was never applied."""
     family: ResolvedFamily
     endpoint: str
     workloads: list[WorkloadPlan]
@@ -113,5 +120,5 @@ class DeploymentPlan:
     engines: list[EngineCommand]
     router_argv: list[str] | None
     """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
-    render_argv: list[str] | None
-    """Arguments after `vllm launch render`, or None without a render tier."""
+    render_tier_argv: list[str] | None
+    """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""

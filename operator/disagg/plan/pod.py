@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.engine import EngineSettings
 from disagg.api.kvcache import DiskTier
 from disagg.api.model import ModelStorage
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.pool import PoolSpec, Scheduling
-from disagg.api.resolve import ResolvedFamily
+from disagg.api.resolve import ResolvedDeployment, ResolvedFamily, ResolvedPool
+from disagg.api.transfer import NetworkSettings
 from disagg.api.types import EnvVar, Toleration
 from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.names import LWS_GROUP_KEY_LABEL, POOL_HOST_ENV, POOLS, kv_config_name, pool_service_name
 
 from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
-from .names import LWS_GROUP_KEY_LABEL, kv_config_name, pool_service_name
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 PROBE_PERIOD_SECONDS = 10
@@ -23,20 +23,20 @@ GRACE_MARGIN_SECONDS = 30
 """Time beyond vLLM's own shutdown timeout for the process to exit after draining."""
 
 
-def base_engine_env(spec: DisaggDeploymentSpec, deployment: str, family: ResolvedFamily) -> list[dict[str, Any]]:
-    """Variables every engine container gets, before connector and user variables."""
+def base_engine_env(deployment: ResolvedDeployment, presets: ResolvedFamily) -> list[dict[str, Any]]:
+    """Variables every engine container gets, before connector and user variables. `presets` is the family whose
+    presets apply (a custom engine gets none)."""
     env = [
         field_env("POD_IP", "status.podIP"),
         # vLLM binds and advertises this address for its distributed and KV side channels.
         field_env("VLLM_HOST_IP", "status.podIP"),
-        literal_env("PYTHONHASHSEED", str(spec.engine.python_hash_seed)),
-        *model_env(spec),
-        literal_env("DISAGG_PREFILL_HOST", pool_service_name(deployment, "prefill")),
-        literal_env("DISAGG_DECODE_HOST", pool_service_name(deployment, "decode")),
+        literal_env("PYTHONHASHSEED", str(deployment.python_hash_seed)),
+        *model_env(deployment.model.storage),
+        *pool_host_env(deployment.name),
     ]
-    if family == "hybrid-ssm":
+    if presets == "hybrid-ssm":
         env.append(literal_env("VLLM_SSM_CONV_STATE_LAYOUT", "DS"))
-    network = spec.transfer.network
+    network = deployment.transfer.network
     for name, value in (
         ("UCX_TLS", network.ucx_tls),
         ("UCX_NET_DEVICES", network.ucx_net_devices),
@@ -47,8 +47,12 @@ def base_engine_env(spec: DisaggDeploymentSpec, deployment: str, family: Resolve
     return env
 
 
-def model_env(spec: DisaggDeploymentSpec) -> list[dict[str, Any]]:
-    storage = spec.model.storage
+def pool_host_env(deployment: str) -> list[dict[str, Any]]:
+    """The pools' Service names, for custom connectors' and routers' $(DISAGG_DECODE_HOST)-style arguments."""
+    return [literal_env(POOL_HOST_ENV[role], pool_service_name(deployment, role)) for role in POOLS]
+
+
+def model_env(storage: ModelStorage) -> list[dict[str, Any]]:
     env = [literal_env("HF_HOME", storage.mount_path)]
     if storage.offline:
         env.append(literal_env("HF_HUB_OFFLINE", "1"))
@@ -83,23 +87,23 @@ def model_volume(storage: ModelStorage) -> tuple[dict[str, Any], dict[str, Any]]
 
 
 def engine_volumes(
-    spec: DisaggDeploymentSpec, deployment: str, pool: PoolSpec, role: str, has_kv_files: bool
+    deployment: ResolvedDeployment, pool: ResolvedPool, has_kv_files: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes and mounts of an engine container."""
-    model, model_mount = model_volume(spec.model.storage)
+    model, model_mount = model_volume(deployment.model.storage)
     volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(pool.resources.shm_size)}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(pool.spec.resources.shm_size)}},
         model,
     ]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, model_mount]
     if has_kv_files:
-        volumes.append({"name": "kv-config", "configMap": {"name": kv_config_name(deployment)}})
+        volumes.append({"name": "kv-config", "configMap": {"name": kv_config_name(deployment.name)}})
         mounts.append({"name": "kv-config", "mountPath": KV_CONFIG_DIR, "readOnly": True})
-    disk = spec.kv_cache.disk
-    if disk is not None and role in disk.pools:
+    disk = deployment.kv_cache.disk
+    if disk is not None and pool.role in disk.pools:
         volumes.append(disk_volume(disk))
         mounts.append({"name": "kv-disk", "mountPath": disk.mount_path})
-    hugepages = spec.transfer.network.hugepages
+    hugepages = deployment.transfer.network.hugepages
     if hugepages is not None:
         volumes.append({"name": "hugepages", "emptyDir": {"medium": f"HugePages-{hugepages.page_size}"}})
         mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages"})
@@ -116,12 +120,13 @@ def disk_volume(disk: DiskTier) -> dict[str, Any]:
     return {"name": "kv-disk", "emptyDir": {"sizeLimit": str(limit)} if limit is not None else {}}
 
 
-def engine_resources(spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinned_host_bytes: int) -> dict[str, Any]:
+def engine_resources(pool: ResolvedPool, network: NetworkSettings, pinned_host_bytes: int) -> dict[str, Any]:
     """Requests and limits of one engine pod. Host memory pinned by KV tiers is added on top of the user's memory;
     without a user value it becomes the request, so the scheduler still reserves room for it."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
-    resources = pool.resources
+    resources = pool.spec.resources
+    gpus = pool.gpus_per_pod
     if resources.cpu is not None:
         requests["cpu"] = str(resources.cpu)
     if resources.memory is not None:
@@ -131,7 +136,6 @@ def engine_resources(spec: DisaggDeploymentSpec, pool: PoolSpec, gpus: int, pinn
         requests["memory"] = format_binary_quantity(pinned_host_bytes)
     if gpus:
         requests[resources.gpu_resource_name] = limits[resources.gpu_resource_name] = str(gpus)
-    network = spec.transfer.network
     if network.rdma is not None:
         requests[network.rdma.resource_name] = limits[network.rdma.resource_name] = str(network.rdma.count)
     if network.hugepages is not None:
@@ -181,10 +185,10 @@ def http_port() -> dict[str, Any]:
     return {"name": "http", "containerPort": ENGINE_HTTP_PORT, "protocol": "TCP"}
 
 
-def grace_period(pool: PoolSpec, engine: EngineSettings) -> int:
-    if pool.termination_grace_period_seconds is not None:
-        return pool.termination_grace_period_seconds
-    return (engine.shutdown_timeout_seconds or 0) + GRACE_MARGIN_SECONDS
+def grace_period(pool: ResolvedPool) -> int:
+    if pool.spec.termination_grace_period_seconds is not None:
+        return pool.spec.termination_grace_period_seconds
+    return (pool.engine.shutdown_timeout_seconds or 0) + GRACE_MARGIN_SECONDS
 
 
 def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.api.engine import DEFAULT_ENGINE_IMAGE
+from disagg.api.engine import ChatSettings
+from disagg.api.frontend import RenderTierSpec
+from disagg.api.model import ModelSpec
+from disagg.api.resolve import ResolvedDeployment
+from disagg.names import child_name, common_labels, selector_labels
 
 from .engine_args import chat_argv
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
-from .names import child_name, common_labels, selector_labels
 from .pod import model_env, model_volume, tolerations, user_env
 
 
@@ -20,40 +22,40 @@ class RenderTierPlan:
     argv: list[str]
 
 
-def render_argv(spec: DisaggDeploymentSpec) -> list[str]:
+def render_tier_argv(
+    model: ModelSpec, chat: ChatSettings, tier: RenderTierSpec, max_model_len: int | None
+) -> list[str]:
     """Arguments after `vllm launch render`."""
-    render = spec.frontend.render
-    model = spec.model
-    argv = [model.name, "--served-model-name", model.served_name or model.name, "--port", str(render.port)]
+    argv = [model.name, "--served-model-name", model.served_name or model.name, "--port", str(tier.port)]
     if model.revision:
         argv += ["--revision", model.revision]
     if model.trust_remote_code:
         argv.append("--trust-remote-code")
-    if spec.engine.max_model_len is not None:
-        argv += ["--max-model-len", str(spec.engine.max_model_len)]
-    argv += chat_argv(spec.engine.chat)
-    if render.workers is not None:
-        argv += ["--renderer-num-workers", str(render.workers)]
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    argv += chat_argv(chat)
+    if tier.workers is not None:
+        argv += ["--renderer-num-workers", str(tier.workers)]
     return argv
 
 
-def plan_render_tier(spec: DisaggDeploymentSpec, deployment: str) -> RenderTierPlan | None:
-    render = spec.frontend.render
-    if not render.enabled:
+def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
+    tier = deployment.frontend.render
+    if not tier.enabled:
         return None
-    argv = render_argv(spec)
-    volume, mount = model_volume(spec.model.storage)
-    requests = {name: str(value) for name, value in render.resources.requests.items()} or {"cpu": "1", "memory": "2Gi"}
-    limits = {name: str(value) for name, value in render.resources.limits.items()}
+    argv = render_tier_argv(deployment.model, deployment.chat, tier, deployment.max_model_len)
+    volume, mount = model_volume(deployment.model.storage)
+    requests = {name: str(value) for name, value in tier.resources.requests.items()} or {"cpu": "1", "memory": "2Gi"}
+    limits = {name: str(value) for name, value in tier.resources.limits.items()}
     get = {"path": "/health", "port": "http"}
     container = ContainerPlan(
         name="render",
-        image=render.image or spec.engine.image or DEFAULT_ENGINE_IMAGE,
-        image_pull_policy=spec.engine.image_pull_policy or "IfNotPresent",
+        image=tier.image or deployment.shared_image,
+        image_pull_policy=deployment.shared_pull_policy,
         command=["vllm", "launch", "render"],
         args=argv,
-        env=[*model_env(spec), *user_env(render.env)],
-        ports=[{"name": "http", "containerPort": render.port, "protocol": "TCP"}],
+        env=[*model_env(deployment.model.storage), *user_env(tier.env)],
+        ports=[{"name": "http", "containerPort": tier.port, "protocol": "TCP"}],
         resources={"requests": requests, "limits": limits},
         volume_mounts=[mount],
         probes={
@@ -62,28 +64,28 @@ def plan_render_tier(spec: DisaggDeploymentSpec, deployment: str) -> RenderTierP
             "readinessProbe": {"httpGet": get, "periodSeconds": 5, "failureThreshold": 2},
         },
     )
-    name = child_name(deployment, "render")
-    labels = common_labels(deployment, "render")
+    name = child_name(deployment.name, "render")
+    labels = common_labels(deployment.name, "render")
     extra: dict[str, object] = {}
-    if render.placement.node_selector:
-        extra["nodeSelector"] = dict(render.placement.node_selector)
-    if render.placement.tolerations:
-        extra["tolerations"] = tolerations(render.placement.tolerations)
+    if tier.placement.node_selector:
+        extra["nodeSelector"] = dict(tier.placement.node_selector)
+    if tier.placement.tolerations:
+        extra["tolerations"] = tolerations(tier.placement.tolerations)
     pod = PodPlan(labels=labels, annotations={}, containers=[container], volumes=[volume], spec_extra=extra)
     workload = WorkloadPlan(
         "Deployment",
         name,
         "render",
         labels,
-        selector_labels(deployment, "render"),
-        render.replicas,
+        selector_labels(deployment.name, "render"),
+        tier.replicas,
         pod,
         {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
     )
     service = ServicePlan(
         name,
         labels,
-        selector_labels(deployment, "render"),
-        [{"name": "http", "port": render.port, "targetPort": "http", "protocol": "TCP"}],
+        selector_labels(deployment.name, "render"),
+        [{"name": "http", "port": tier.port, "targetPort": "http", "protocol": "TCP"}],
     )
     return RenderTierPlan(workload, service, argv)

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.frontend import ResourceRequirements, RouterSpec, ServiceSpec
 from disagg.api.owned import ENGINE_HTTP_PORT
-from disagg.api.pool import PoolName
-from disagg.api.resolve import is_multi_node, pool_of
+from disagg.api.resolve import ResolvedDeployment, ResolvedPool, ResolvedTransfer
+from disagg.names import child_name, common_labels, selector_labels
 
-from .connectors.base import field_env, literal_env
+from .connectors.base import field_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
-from .names import LWS_WORKER_INDEX_LABEL, child_name, common_labels, pool_service_name, selector_labels
-from .pod import tolerations, user_env
+from .pod import pool_host_env, tolerations, user_env
+
+ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+)
+"""What the router's own Role grants: service discovery reads and watches the engine pods of its namespace."""
 
 DEFAULT_PREFILL_POLICY = "cache_aware"
 DEFAULT_DECODE_POLICY = "power_of_two"
@@ -30,33 +34,22 @@ class RouterPlan:
     argv: list[str] | None
 
 
-def discovery_selector(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) -> dict[str, str]:
-    """Labels that match exactly the API pods of one pool: workers of multi-node replicas serve no HTTP."""
-    selector = selector_labels(deployment, role)
-    if is_multi_node(pool_of(spec, role)) and pool_of(spec, role).custom_container is None:
-        selector[LWS_WORKER_INDEX_LABEL] = "0"
-    return selector
+def router_protocol(transfer: ResolvedTransfer) -> str | None:
+    if transfer.connector == "custom":
+        return transfer.custom.router_protocol if transfer.custom else None
+    return ROUTER_PROTOCOL[transfer.connector]
 
 
-def router_protocol(spec: DisaggDeploymentSpec) -> str | None:
-    if spec.transfer.connector == "custom":
-        return spec.transfer.custom.router_protocol if spec.transfer.custom else None
-    return ROUTER_PROTOCOL[spec.transfer.connector]
-
-
-def router_argv(spec: DisaggDeploymentSpec, deployment: str) -> list[str]:
-    router = spec.frontend.router
-    protocol = router_protocol(spec)
+def router_argv(router: RouterSpec, transfer: ResolvedTransfer, pools: tuple[ResolvedPool, ...]) -> list[str]:
+    protocol = router_protocol(transfer)
     argv = ["--vllm-pd-disaggregation"]
     if protocol == "moriio":
         # MoRI-IO engines register themselves with the router over ZMQ instead of being discovered.
-        moriio_port = spec.transfer.moriio.proxy_ping_port if spec.transfer.moriio else 36367
-        argv += ["--vllm-discovery-address", f"0.0.0.0:{moriio_port}"]
+        argv += ["--vllm-discovery-address", f"0.0.0.0:{transfer.moriio.proxy_ping_port}"]
     else:
         argv += ["--service-discovery"]
-        for role in ("prefill", "decode"):
-            selector = discovery_selector(spec, deployment, role)
-            argv += [f"--{role}-selector", *(f"{key}={value}" for key, value in selector.items())]
+        for pool in pools:
+            argv += [f"--{pool.role}-selector", *(f"{key}={value}" for key, value in pool.api_selector.items())]
         argv += ["--service-discovery-namespace", "$(POD_NAMESPACE)", "--service-discovery-port", str(ENGINE_HTTP_PORT)]
     argv += ["--kv-connector", protocol or "nixl"]
     argv += ["--prefill-policy", router.prefill_policy or router.policy or DEFAULT_PREFILL_POLICY]
@@ -67,18 +60,16 @@ def router_argv(spec: DisaggDeploymentSpec, deployment: str) -> list[str]:
     return argv
 
 
-def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | None:
-    router = spec.frontend.router
+def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
+    router = deployment.frontend.router
+    transfer = deployment.transfer
     custom = router.custom_container
-    if custom is None and router_protocol(spec) is None:
+    protocol = router_protocol(transfer)
+    if custom is None and protocol is None:
         return None
-    name = child_name(deployment, "router")
-    labels = common_labels(deployment, "router", app_name="custom-router" if custom else None)
-    env = [
-        field_env("POD_NAMESPACE", "metadata.namespace"),
-        literal_env("DISAGG_PREFILL_HOST", pool_service_name(deployment, "prefill")),
-        literal_env("DISAGG_DECODE_HOST", pool_service_name(deployment, "decode")),
-    ]
+    name = child_name(deployment.name, "router")
+    labels = common_labels(deployment.name, "router", app_name="custom-router" if custom else None)
+    env = [field_env("POD_NAMESPACE", "metadata.namespace"), *pool_host_env(deployment.name)]
     port = custom.port if custom else router.port
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     argv: list[str] | None = None
@@ -92,15 +83,14 @@ def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | Non
             env=[*env, *user_env(custom.env), *user_env(router.env)],
             ports=ports
             + [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in sorted(custom.extra_ports.items())],
-            resources=_resources(spec),
+            resources=_resources(router.resources),
             probes=_router_probes(custom.health_path, custom.health_path),
         )
     else:
-        argv = router_argv(spec, deployment)
+        argv = router_argv(router, transfer, deployment.pools)
         ports.append({"name": "metrics", "containerPort": router.metrics_port, "protocol": "TCP"})
-        if router_protocol(spec) == "moriio":
-            moriio_port = spec.transfer.moriio.proxy_ping_port if spec.transfer.moriio else 36367
-            ports.append({"name": "registration", "containerPort": moriio_port, "protocol": "TCP"})
+        if protocol == "moriio":
+            ports.append({"name": "registration", "containerPort": transfer.moriio.proxy_ping_port, "protocol": "TCP"})
         container = ContainerPlan(
             name="router",
             image=router.image,
@@ -109,7 +99,7 @@ def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | Non
             args=argv,
             env=[*env, *user_env(router.env)],
             ports=ports,
-            resources=_resources(spec),
+            resources=_resources(router.resources),
             probes=_router_probes("/liveness", "/readiness"),
             volume_mounts=[{"name": "tmp", "mountPath": "/tmp"}],
             security_context={
@@ -134,7 +124,7 @@ def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | Non
         name,
         "router",
         labels,
-        selector_labels(deployment, "router"),
+        selector_labels(deployment.name, "router"),
         router.replicas,
         pod,
         {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
@@ -145,21 +135,16 @@ def plan_router(spec: DisaggDeploymentSpec, deployment: str) -> RouterPlan | Non
     ]
     # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
     # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
-    service = ServicePlan(name, labels, selector_labels(deployment, "router"), service_ports, headless=True)
+    service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
     rbac = (
         None
         if custom
-        else RbacPlan(name, labels, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+        else RbacPlan(name, labels, [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES])
     )
     return RouterPlan(workload, service, rbac, argv)
 
 
-def _named_ports(ports: dict[str, int]) -> list[dict[str, Any]]:
-    return [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in sorted(ports.items())]
-
-
-def _resources(spec: DisaggDeploymentSpec) -> dict[str, dict[str, str]]:
-    given = spec.frontend.router.resources
+def _resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
     requests = {name: str(value) for name, value in given.requests.items()} or {"cpu": "500m", "memory": "512Mi"}
     limits = {name: str(value) for name, value in given.limits.items()} or {"memory": "1Gi"}
     return {"requests": requests, "limits": limits}
@@ -182,14 +167,13 @@ def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:
     }
 
 
-def user_facing_service(spec: DisaggDeploymentSpec, deployment: str, has_router: bool) -> ServicePlan:
+def user_facing_service(deployment: str, service: ServiceSpec, decode: ResolvedPool, has_router: bool) -> ServicePlan:
     """The Service `<name>`: the router when there is one, else the decode pool's API pods directly."""
-    service = spec.frontend.service
     if has_router:
         selector = selector_labels(deployment, "router")
         labels = common_labels(deployment, "router")
     else:
-        selector = discovery_selector(spec, deployment, "decode")
+        selector = dict(decode.api_selector)
         labels = common_labels(deployment, "decode")
     return ServicePlan(
         deployment,

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.api.engine import DEFAULT_ENGINE_IMAGE
 from disagg.api.kvcache import MooncakeStore
+from disagg.api.resolve import LmcacheServer
 from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.names import child_name, common_labels, selector_labels
 
-from .connectors.lmcache import lmcache_server_port
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
-from .names import child_name, common_labels, selector_labels
 
 
 @dataclass(frozen=True)
@@ -20,16 +18,15 @@ class StorePlan:
     service: ServicePlan
 
 
-def plan_store(spec: DisaggDeploymentSpec, deployment: str) -> StorePlan | None:
-    store = spec.kv_cache.store
-    engine_image = spec.engine.image or DEFAULT_ENGINE_IMAGE
-    if store is not None and store.type == "mooncake":
-        return _mooncake_master(deployment, store.mooncake or MooncakeStore(), engine_image)
-    if spec.transfer.connector == "lmcache" or (store is not None and store.type == "lmcache"):
-        settings = store.lmcache if store is not None and store.lmcache is not None else None
-        image = (settings.server_image if settings else None) or engine_image
-        size = settings.size if settings else (spec.transfer.lmcache.server_size if spec.transfer.lmcache else "32Gi")
-        return _lmcache_server(deployment, image, lmcache_server_port(spec), size)
+def plan_store(
+    deployment: str, mooncake: MooncakeStore | None, lmcache: LmcacheServer | None, engine_image: str
+) -> StorePlan | None:
+    """One KV-store daemon per DisaggDeployment: the Mooncake master when the store tier is Mooncake, else the
+    LMCache server when anything uses LMCache."""
+    if mooncake is not None:
+        return _mooncake_master(deployment, mooncake, engine_image)
+    if lmcache is not None:
+        return _lmcache_server(deployment, lmcache.image, lmcache.port, lmcache.size)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from disagg.plan.names import LABEL_DEPLOYMENT, MANAGED_BY
+from disagg.names import CHILD_KINDS, LABEL_ROLE
 
 FIELD_MANAGER = "disagg-operator"
 REPLICAS_MANAGER = "disagg-operator-replicas"
@@ -15,36 +15,11 @@ field without the API server resetting it (see docs/decisions.md, "replicas owne
 ChildKey = tuple[str, str]
 """(kind, name) of a child inside its namespace."""
 
-MANAGED_KINDS: dict[str, str] = {
-    "ServiceAccount": "v1",
-    "Role": "rbac.authorization.k8s.io/v1",
-    "RoleBinding": "rbac.authorization.k8s.io/v1",
-    "ConfigMap": "v1",
-    "Service": "v1",
-    "Deployment": "apps/v1",
-    "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
-}
-"""Every kind the operator creates, with its apiVersion. Pruning looks only at these."""
+_CHILD_KIND_NAMES = frozenset(kind.name for kind in CHILD_KINDS)
 
 
 def child_key(obj: dict[str, Any]) -> ChildKey:
     return obj["kind"], obj["metadata"]["name"]
-
-
-def owner_selector(deployment: str) -> str:
-    return f"{LABEL_DEPLOYMENT}={deployment},app.kubernetes.io/managed-by={MANAGED_BY}"
-
-
-def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
-    metadata = owner["metadata"]
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": metadata["name"],
-        "uid": metadata["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def is_owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
@@ -61,7 +36,7 @@ def select_prunable(desired: set[ChildKey], live: list[dict[str, Any]], owner_ui
     prunable = [
         obj
         for obj in live
-        if obj.get("kind") in MANAGED_KINDS
+        if obj.get("kind") in _CHILD_KIND_NAMES
         and child_key(obj) not in desired
         and is_owned_by(obj, owner_uid)
         and not obj.get("metadata", {}).get("deletionTimestamp")
@@ -122,7 +97,7 @@ def pod_problems(pods: list[dict[str, Any]]) -> dict[str, list[str]]:
     """
     problems: dict[str, list[str]] = {}
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
-        role = (pod.get("metadata", {}).get("labels") or {}).get("disagg.dev/role")
+        role = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_ROLE)
         if not role or pod.get("metadata", {}).get("deletionTimestamp"):
             continue
         status = pod.get("status") or {}

@@ -1,8 +1,9 @@
-"""A small REST layer over the official client's transport: apply, list, delete, status, events.
+"""The operator's API calls: server-side apply, list, get, delete, status patches and events.
 
-It builds paths from the fixed table of kinds the operator manages instead of running API discovery, and speaks
-server-side apply directly. Authentication, TLS and connection pooling are the official client's (aiohttp, the
-same stack kopf uses).
+`Kube` builds REST paths from the table of kinds the operator touches (`disagg.names.KINDS`) instead of running
+API discovery, speaks server-side apply directly, and turns error answers into `KubeError`. It sends requests
+through a `Transport`: in production the official client's (`ApiClientTransport`: authentication, TLS and
+connection pooling over aiohttp, the stack kopf uses); in the in-process tests a fake API server.
 """
 
 from __future__ import annotations
@@ -10,28 +11,24 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 from kubernetes.aio.client.exceptions import ApiException
 
-from disagg.api.deployment import GROUP, PLURAL, VERSION
+from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS
 
-from .children import FIELD_MANAGER, MANAGED_KINDS
+from .children import FIELD_MANAGER
 
-PLURALS = {
-    "ServiceAccount": "serviceaccounts",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "ConfigMap": "configmaps",
-    "Service": "services",
-    "Deployment": "deployments",
-    "LeaderWorkerSet": "leaderworkersets",
-    "Event": "events",
-    "Pod": "pods",
-    "DisaggDeployment": PLURAL,
-}
+REQUEST_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    reason: str
+    body: bytes
 
 
 @dataclass
@@ -45,6 +42,16 @@ class KubeError(Exception):
     def __str__(self) -> str:
         return f"{self.status} {self.reason}: {self.message}"
 
+    @classmethod
+    def from_response(cls, response: Response) -> KubeError:
+        """The API server answers errors with a Status object; keep its reason and message."""
+        text = response.body.decode(errors="replace")
+        try:
+            body = json.loads(text or "{}")
+            return cls(response.status, str(body.get("reason") or response.reason), str(body.get("message") or text))
+        except (ValueError, TypeError, AttributeError):
+            return cls(response.status, response.reason, text)
+
     @property
     def transient(self) -> bool:
         return self.status in (0, 409, 429) or self.status >= 500
@@ -55,27 +62,67 @@ class KubeError(Exception):
 
     @property
     def api_missing(self) -> bool:
-        return self.status == 404 and "the server could not find the requested resource" in self.message
+        """The server does not serve the kind: nothing serves its group (a CRD that is not installed, answered by a
+        bare "404 page not found"), or the group lacks that version or resource (a Status saying so)."""
+        if self.status != 404:
+            return False
+        return "the server could not find the requested resource" in self.message or (
+            self.message.strip() == "404 page not found"
+        )
 
 
-def _error(exc: ApiException) -> KubeError:
-    try:
-        body = json.loads(exc.body or "{}")
-        return KubeError(exc.status or 0, str(body.get("reason") or exc.reason), str(body.get("message") or exc.body))
-    except (ValueError, TypeError):
-        return KubeError(exc.status or 0, str(exc.reason), str(exc.body))
+class Transport(Protocol):
+    """One HTTP exchange with the API server. Error statuses are answers, not exceptions; an unreachable server
+    raises KubeError with status 0."""
+
+    async def request(
+        self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
+    ) -> Response: ...
+
+    async def close(self) -> None: ...
+
+
+class ApiClientTransport:
+    """The official client's transport: its configuration, authentication and aiohttp connection pool."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._api = api_client
+
+    async def request(
+        self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
+    ) -> Response:
+        serialized = await self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = await self._api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT_S)
+            data = await response.read()
+        except ApiException as exc:
+            text = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+            return Response(exc.status or 0, str(exc.reason), text)
+        except OSError as exc:  # connection refused, reset, DNS: worth retrying
+            raise KubeError(0, "ConnectionError", str(exc)) from None
+        return Response(response.status, str(response.reason), data)
+
+    async def close(self) -> None:
+        await self._api.close()
 
 
 def _base(api_version: str) -> str:
     return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
 
 
-def path(kind: str, namespace: str | None, name: str | None = None, api_version: str | None = None) -> str:
-    version = api_version or MANAGED_KINDS.get(kind) or ("v1" if kind in ("Event", "Pod") else f"{GROUP}/{VERSION}")
-    location = _base(version)
+def path(kind: str, namespace: str | None, name: str | None = None) -> str:
+    """The REST path of a kind (KINDS names every kind the operator touches), a namespace and a name."""
+    location = _base(KINDS[kind].api_version)
     if namespace:
         location += f"/namespaces/{namespace}"
-    location += f"/{PLURALS[kind]}"
+    location += f"/{KINDS[kind].plural}"
     if name:
         location += f"/{name}"
     return location
@@ -84,20 +131,26 @@ def path(kind: str, namespace: str | None, name: str | None = None, api_version:
 class Kube:
     """The operator's API calls. One instance per process; safe to share between reconcile workers."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
-        self._api = api_client
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
 
     @classmethod
-    async def connect(cls) -> Kube:
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """The pod's service account, else `kubeconfig` or $KUBECONFIG (read now, not at import)."""
         configuration = k8s.Configuration()
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            await k8s_config.load_kube_config(client_configuration=configuration)
-        return cls(k8s.ApiClient(configuration))
+            await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(ApiClientTransport(k8s.ApiClient(configuration)))
+
+    @property
+    def transport(self) -> Transport:
+        return self._transport
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._transport.close()
 
     async def _request(
         self,
@@ -108,32 +161,17 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        serialized = await self._api.param_serialize(
-            method=method,
-            resource_path=location,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        try:
-            response = await self._api.call_api(*serialized, _request_timeout=60)
-            data = await response.read()
-        except ApiException as exc:
-            raise _error(exc) from None
-        except OSError as exc:  # connection refused, reset, DNS: worth retrying
-            raise KubeError(0, "ConnectionError", str(exc)) from None
+        response = await self._transport.request(method, location, query or [], body, content_type)
         if response.status >= 400:
-            raise _error(ApiException(status=response.status, reason=response.reason, body=data.decode()))
-        return json.loads(data) if data else None
+            raise KubeError.from_response(response)
+        return json.loads(response.body) if response.body else None
 
     async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply with force: our manager takes back fields someone else changed (drift correction)."""
         metadata = obj["metadata"]
-        location = path(obj["kind"], metadata.get("namespace"), metadata["name"], obj["apiVersion"])
         result: dict[str, Any] = await self._request(
             "PATCH",
-            location,
+            path(obj["kind"], metadata.get("namespace"), metadata["name"]),
             query=[("fieldManager", manager), ("force", "true")],
             body=obj,
             content_type="application/apply-patch+yaml",
@@ -145,7 +183,7 @@ class Kube:
         items: list[dict[str, Any]] = result.get("items", [])
         for item in items:  # list items omit these; children are handled as whole objects
             item.setdefault("kind", kind)
-            item.setdefault("apiVersion", MANAGED_KINDS.get(kind, "v1"))
+            item.setdefault("apiVersion", KINDS[kind].api_version)
         return items
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -158,6 +196,8 @@ class Kube:
         return result
 
     async def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete in the background; gone already (404) or replaced by a same-named object (409 on the UID
+        precondition) both mean there is nothing of ours left to delete."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}  # never delete a same-named object created after our read
@@ -170,10 +210,10 @@ class Kube:
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await self._request(
             "PATCH",
-            path("DisaggDeployment", namespace, name) + "/status",
+            path(DISAGG_DEPLOYMENT.name, namespace, name) + "/status",
             body={"status": status},
             content_type="application/merge-patch+json",
         )
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
-        await self._request("POST", path("Event", namespace), body=event)
+        await self._request("POST", path(EVENT.name, namespace), body=event)

@@ -11,13 +11,11 @@ from typing import Any
 
 import kopf
 
-from disagg.api.deployment import GROUP, PLURAL, VERSION
-from disagg.plan.names import LABEL_DEPLOYMENT, MANAGED_BY
+from disagg.names import CHILD_KINDS, GROUP, LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, VERSION
 
 from . import metrics
 from .autoscale import Autoscaler
-from .children import MANAGED_KINDS
-from .kube import PLURALS, Kube
+from .kube import Kube
 from .reconciler import Reconciler
 
 log = logging.getLogger("disagg.operator")
@@ -64,15 +62,14 @@ def build_registry(reconciler: Reconciler, stop: asyncio.Event | None = None) ->
         if owner and namespace:
             reconciler.request((namespace, owner))
 
-    for kind, api_version in MANAGED_KINDS.items():
-        group, _, version = api_version.rpartition("/")
+    for kind in CHILD_KINDS:
         kopf.on.event(
-            group=group,
-            version=version,
-            plural=PLURALS[kind],
-            labels={"app.kubernetes.io/managed-by": MANAGED_BY},
+            group=kind.group,
+            version=kind.version,
+            plural=kind.plural,
+            labels={LABEL_MANAGED_BY: MANAGED_BY},
             registry=registry,
-            id=f"child-{kind.lower()}",
+            id=f"child-{kind.name.lower()}",
         )(child_changed)
 
     @kopf.on.probe(id="queue", registry=registry)

@@ -10,40 +10,27 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import validate_deployment
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, children_selector
 from disagg.plan import build_plan
 from disagg.plan.model import DeploymentPlan
 from disagg.render import render_plan
 
 from . import metrics
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
-from .children import (
-    MANAGED_KINDS,
-    REPLICAS_MANAGER,
-    ChildKey,
-    child_key,
-    owner_reference,
-    owner_selector,
-    select_prunable,
-)
+from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError
 from .ownership import replicas_action, replicas_patch
-from .status import Observation, StatusReport, compute_status
+from .status import StatusInputs, StatusReport, compute_status
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
-
-API_HINTS = {
-    "LeaderWorkerSet": "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not installed, and a pool with "
-    "nodesPerReplica > 1 needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use "
-    "nodesPerReplica 1",
-}
-
 
 TRANSIENT_BEFORE_REPORTING = 3
 """Consecutive passes failing with a retryable error before the error is reported in status."""
@@ -55,6 +42,23 @@ def rfc3339_now() -> str:
 
 class RetryLater(Exception):
     """The pass hit something worth retrying soon (conflict, throttling, an unreachable API server)."""
+
+
+@dataclass
+class PassState:
+    """What one pass has learned so far: each step reads it and adds to it."""
+
+    key: Key
+    owner: dict[str, Any]
+    plan: DeploymentPlan
+    live: dict[ChildKey, dict[str, Any]]
+    """Our children as listed at the start of the pass, updated with what apply returned and prune removed."""
+    desired: set[ChildKey] = field(default_factory=set)
+    apply_errors: list[str] = field(default_factory=list)
+    missing_apis: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    scaling: ScaleReport = field(default_factory=ScaleReport)
 
 
 class Reconciler:
@@ -106,35 +110,45 @@ class Reconciler:
         while not stop.is_set():
             key = await self.queue.get()
             metrics.QUEUE_DEPTH.set(len(self.queue))
-            started = time.monotonic()
-            result = "ok"
             try:
-                outcome = await self.reconcile(key)
-                self.queue.succeeded(key)
-                if outcome == "retry":
-                    result = "degraded"
-                    self.queue.retry(key)
-            except RetryLater as exc:
-                result = "retry"
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels("transient").inc()
-                log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
-            except Exception:  # a bug must not stop the operator or the other DisaggDeployments
-                result = "error"
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels("unexpected").inc()
-                log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+                await self.process(key)
             finally:
-                metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
                 self.queue.done(key)
 
-    # -- the pass itself --------------------------------------------------------------------------------------------
+    async def process(self, key: Key) -> float | None:
+        """One pass of the key and its bookkeeping: a pass that succeeds resets the key's backoff; one that fails, or
+        ends with an error the status reports ("retry"), counts a failure and schedules the key again after the
+        backoff, which keeps growing for as long as the failure lasts. Returns the retry delay, if one was set."""
+        started = time.monotonic()
+        result, delay = "ok", None
+        try:
+            outcome = await self.reconcile(key)
+            if outcome == "retry":
+                result = "degraded"
+                delay = self.queue.retry(key)
+            else:
+                self.queue.succeeded(key)
+        except RetryLater as exc:
+            result = "retry"
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels("transient").inc()
+            log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
+        except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+            result = "error"
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels("unexpected").inc()
+            log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+        finally:
+            metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
+        return delay
+
+    # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
     async def reconcile(self, key: Key) -> str:
         """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
         namespace, name = key
         try:
-            owner = await self.kube.get("DisaggDeployment", namespace, name)
+            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, namespace, name)
         except KubeError as exc:
             raise RetryLater(str(exc)) from exc
         if owner is None or owner["metadata"].get("deletionTimestamp"):
@@ -145,74 +159,46 @@ class Reconciler:
         result = validate_deployment(owner)
         if result.deployment is None:
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
-            report = compute_status(Observation(generation, previous, self.clock(), problems=result.problems))
-            await self._publish(owner, previous, report, [])
+            inputs = StatusInputs(generation, previous, self.clock(), problems=result.problems)
+            await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
         plan = build_plan(result.deployment, namespace)
-        desired = render_plan(plan)
-        live = await self._list_children(namespace, name)
-        owned_elsewhere = {(w.kind, w.name) for w in plan.workloads if w.replicas_owned_elsewhere}
-        apply_errors: list[str] = []
-        missing: list[str] = []
-        notices: list[Notice] = []
+        state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
+        if not await self._apply(state, render_plan(plan)):
+            return "gone"  # the namespace and everything in it is going away
+        await self._prune(state)
+        await self._observe(state, result.deployment.spec)
+        await self._publish(owner, compute_status(self._status_inputs(state)), state.notices)
+        return "retry" if state.apply_errors or state.missing_apis else "ok"
+
+    async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
+        """Server-side apply every desired object, in apply order. False when the namespace is being deleted."""
+        state.desired = {child_key(obj) for obj in desired}
+        owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
         for obj in desired:
-            obj["metadata"]["namespace"] = namespace
-            obj["metadata"]["ownerReferences"] = [owner_reference(owner)]
             key_of = child_key(obj)
             try:
                 applied = await self._apply_child(obj, key_of in owned_elsewhere)
             except KubeError as exc:
                 if exc.namespace_terminating:
-                    return "gone"  # the namespace and everything in it is going away
+                    return False
                 if exc.api_missing:
-                    missing.append(API_HINTS.get(obj["kind"], f"the {obj['kind']} API is not installed"))
+                    state.missing_apis.append(
+                        KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
+                    )
                     continue
-                if exc.transient and self.queue.failures(key) < TRANSIENT_BEFORE_REPORTING:
+                if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
                     raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
                 # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
                 # status must say so while the pass keeps being retried with backoff.
-                apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
                 continue
             metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
-            if key_of not in live:
-                notices.append(Notice("Normal", "Created", f"created {obj['kind']} {obj['metadata']['name']}"))
-            live[key_of] = applied
-
-        for stale in select_prunable(
-            {child_key(obj) for obj in desired}, list(live.values()), owner["metadata"]["uid"]
-        ):
-            try:
-                await self.kube.delete(
-                    stale["kind"], namespace, stale["metadata"]["name"], stale["metadata"].get("uid")
-                )
-            except KubeError as exc:
-                if exc.transient:
-                    raise RetryLater(str(exc)) from exc
-                apply_errors.append(f"deleting {stale['kind']}/{stale['metadata']['name']}: {exc}")
-                continue
-            metrics.OBJECTS_PRUNED.labels(stale["kind"]).inc()
-            notices.append(Notice("Normal", "Pruned", f"deleted {stale['kind']} {stale['metadata']['name']}"))
-            live.pop(child_key(stale), None)
-
-        pods = await self._list_pods(namespace, name)
-        scaling = await self._scale(key, result.deployment.spec, plan, live, pods, apply_errors)
-        notices += scaling.notices
-        observation = Observation(
-            generation,
-            previous,
-            self.clock(),
-            plan=plan,
-            live=live,
-            apply_errors=apply_errors,
-            missing_apis=missing,
-            pods=pods,
-            scaling_condition=scaling.condition,
-            last_scale=scaling.last_scale,
-        )
-        report = compute_status(observation)
-        await self._publish(owner, previous, report, notices)
-        return "retry" if apply_errors or missing else "ok"
+            if key_of not in state.live:
+                state.notices.append(Notice("Normal", "Created", f"created {obj['kind']} {obj['metadata']['name']}"))
+            state.live[key_of] = applied
+        return True
 
     async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
         if not owned_elsewhere:
@@ -229,11 +215,47 @@ class Reconciler:
             applied = await self.kube.apply(replicas_patch(obj, action.hand_over), manager=REPLICAS_MANAGER)
         return applied
 
+    async def _prune(self, state: PassState) -> None:
+        """Delete children that are ours (our controller reference) and no longer desired."""
+        namespace = state.key[0]
+        for stale in select_prunable(state.desired, list(state.live.values()), state.owner["metadata"]["uid"]):
+            kind, name = child_key(stale)
+            try:
+                await self.kube.delete(kind, namespace, name, stale["metadata"].get("uid"))
+            except KubeError as exc:
+                if exc.transient:
+                    raise RetryLater(str(exc)) from exc
+                state.apply_errors.append(f"deleting {kind}/{name}: {exc}")
+                continue
+            metrics.OBJECTS_PRUNED.labels(kind).inc()
+            state.notices.append(Notice("Normal", "Pruned", f"deleted {kind} {name}"))
+            state.live.pop((kind, name), None)
+
+    async def _observe(self, state: PassState, spec: DisaggDeploymentSpec) -> None:
+        """What the children's pods say, and the scaler's step (which may change replicas)."""
+        state.pods = await self._list_pods(*state.key)
+        state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors)
+        state.notices += state.scaling.notices
+
+    def _status_inputs(self, state: PassState) -> StatusInputs:
+        return StatusInputs(
+            state.owner["metadata"].get("generation"),
+            state.owner.get("status") or {},
+            self.clock(),
+            plan=state.plan,
+            live=state.live,
+            apply_errors=state.apply_errors,
+            missing_apis=state.missing_apis,
+            pods=state.pods,
+            scaling_condition=state.scaling.condition,
+            last_scale=state.scaling.last_scale,
+        )
+
     async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
         live: dict[ChildKey, dict[str, Any]] = {}
-        for kind in MANAGED_KINDS:
+        for kind in CHILD_KINDS:
             try:
-                items = await self.kube.list(kind, namespace, owner_selector(name))
+                items = await self.kube.list(kind.name, namespace, children_selector(name))
             except KubeError as exc:
                 if exc.api_missing:
                     continue  # e.g. no LeaderWorkerSet API: there can be no such children either
@@ -266,33 +288,45 @@ class Reconciler:
 
     async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         try:
-            return await self.kube.list("Pod", namespace, owner_selector(name))
+            return await self.kube.list(POD.name, namespace, children_selector(name))
         except KubeError as exc:
             if exc.status == 403:  # diagnostics only: without pod read access the status just says less
                 return []
             raise RetryLater(str(exc)) from exc
 
-    async def _publish(
-        self, owner: dict[str, Any], previous: dict[str, Any], report: StatusReport, notices: list[Notice]
-    ) -> None:
-        namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
-        if report.status != previous:
-            patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
-            patch.update(report.status)
-            try:
-                await self.kube.patch_status(namespace, name, patch)
-            except KubeError as exc:
-                if exc.status == 404:
-                    return
-                raise RetryLater(f"status: {exc}") from exc
+    async def _publish(self, owner: dict[str, Any], report: StatusReport, notices: list[Notice]) -> None:
+        """The status step, then the events step: events only once the status they describe is written."""
+        if not await self._write_status(owner, report):
+            return
+        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
+        self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
+        self._export_phases()
+
+    async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
+        """Patch status when it changed. False when the DisaggDeployment is gone."""
+        previous = owner.get("status") or {}
+        if report.status == previous:
+            return True
+        patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
+        patch.update(report.status)
+        try:
+            await self.kube.patch_status(owner["metadata"]["namespace"], owner["metadata"]["name"], patch)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise RetryLater(f"status: {exc}") from exc
+        return True
+
+    async def _record_events(self, owner: dict[str, Any], notices: list[Notice]) -> None:
         now = self.clock()
-        for notice in [*notices, *notices_for(report.transitions)]:
+        namespace = owner["metadata"]["namespace"]
+        for notice in notices:
             try:
                 await self.kube.create_event(namespace, event_object(owner, notice, now, self.instance))
             except KubeError as exc:  # events are best effort; status already says it all
-                log.warning("could not record event %s for %s/%s: %s", notice.reason, namespace, name, exc)
-        self.phases[(namespace, name)] = report.phase
-        self._export_phases()
+                log.warning(
+                    "could not record event %s for %s/%s: %s", notice.reason, namespace, owner["metadata"]["name"], exc
+                )
 
     def _export_phases(self) -> None:
         counts: dict[str, int] = {}

@@ -20,7 +20,7 @@ MAX_MESSAGE = 2000
 
 
 @dataclass(frozen=True)
-class Observation:
+class StatusInputs:
     """Everything one reconcile learned, handed to the pure status computation."""
 
     generation: int | None
@@ -51,24 +51,24 @@ def _truncate(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
-def compute_status(observation: Observation) -> StatusReport:
-    if observation.plan is None:
-        return _invalid_status(observation)
-    return _valid_status(observation, observation.plan)
+def compute_status(inputs: StatusInputs) -> StatusReport:
+    if inputs.plan is None:
+        return _invalid_status(inputs)
+    return _valid_status(inputs, inputs.plan)
 
 
-def _invalid_status(observation: Observation) -> StatusReport:
+def _invalid_status(inputs: StatusInputs) -> StatusReport:
     # Children are left exactly as they were, so the other conditions keep describing them.
-    message = "; ".join(str(problem) for problem in observation.problems)
+    message = "; ".join(str(problem) for problem in inputs.problems)
     conditions, transitions = apply_conditions(
-        observation.previous.get("conditions") or [],
+        inputs.previous.get("conditions") or [],
         [ConditionUpdate("SpecValid", "False", "InvalidSpec", _truncate(message))],
-        observation.generation,
-        observation.now,
+        inputs.generation,
+        inputs.now,
     )
     status = {
-        **observation.previous,
-        "observedGeneration": observation.generation,
+        **inputs.previous,
+        "observedGeneration": inputs.generation,
         "phase": "Invalid",
         "conditions": conditions,
     }
@@ -116,15 +116,15 @@ def _describe(component: _Component) -> str:
     return text
 
 
-def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusReport:
-    problems = pod_problems(observation.pods)
-    components = {workload.role: _component(workload, observation.live, problems) for workload in plan.workloads}
-    previous = observation.previous
+def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
+    problems = pod_problems(inputs.pods)
+    components = {workload.role: _component(workload, inputs.live, problems) for workload in plan.workloads}
+    previous = inputs.previous
     degraded: list[tuple[str, str]] = []
-    if observation.missing_apis:
-        degraded.append(("ApiMissing", "; ".join(observation.missing_apis)))
-    if observation.apply_errors:
-        degraded.append(("ApplyFailed", "; ".join(observation.apply_errors)))
+    if inputs.missing_apis:
+        degraded.append(("ApiMissing", "; ".join(inputs.missing_apis)))
+    if inputs.apply_errors:
+        degraded.append(("ApplyFailed", "; ".join(inputs.apply_errors)))
     for component in components.values():
         if component.progress is not None and component.progress.stuck_reason:
             degraded.append(("RolloutStuck", f"{component.name}: {component.progress.stuck_reason}"))
@@ -159,12 +159,14 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
         )
     else:
         updates.append(ConditionUpdate("Degraded", "False", "Healthy", "no failures observed"))
-    if observation.scaling_condition is not None:
-        updates.append(observation.scaling_condition)
+    if inputs.scaling_condition is not None:
+        updates.append(inputs.scaling_condition)
 
-    conditions, transitions = apply_conditions(
-        previous.get("conditions") or [], updates, observation.generation, observation.now
-    )
+    kept = previous.get("conditions") or []
+    if not any(workload.replicas_owned_elsewhere for workload in plan.workloads):
+        # Nothing is autoscaled (any more): a ScalingActive condition would describe a scaler that no longer runs.
+        kept = [condition for condition in kept if condition.get("type") != "ScalingActive"]
+    conditions, transitions = apply_conditions(kept, updates, inputs.generation, inputs.now)
     if degraded:
         phase = "Degraded"
     elif ready:
@@ -175,7 +177,7 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
         phase = "Progressing"
 
     status: dict[str, Any] = {
-        "observedGeneration": observation.generation,
+        "observedGeneration": inputs.generation,
         "phase": phase,
         "conditions": conditions,
         "endpoint": plan.endpoint,
@@ -183,7 +185,7 @@ def _valid_status(observation: Observation, plan: DeploymentPlan) -> StatusRepor
     }
     for role in ("prefill", "decode"):
         component = components[role]
-        status[role] = _pool_status(component, previous.get(role) or {}, observation.last_scale.get(role))
+        status[role] = _pool_status(component, previous.get(role) or {}, inputs.last_scale.get(role))
         status[f"{role}Ready"] = f"{component.progress.ready if component.progress else 0}/{component.desired}"
     for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore")):
         if role in components:

@@ -9,9 +9,19 @@ import jinja2
 import yaml
 
 from disagg.api.deployment import DisaggDeployment
+from disagg.names import (
+    CHILD_KINDS,
+    CONFIG_MAP,
+    KINDS,
+    ROLE,
+    ROLE_BINDING,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    Kind,
+)
 from disagg.plan import DeploymentPlan, build_plan
 
-KIND_ORDER = ("ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment", "LeaderWorkerSet")
+KIND_ORDER = tuple(kind.name for kind in CHILD_KINDS)
 """Apply order: identities and configuration before the pods that use them."""
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -29,34 +39,29 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def _render(kind: str, **values: Any) -> dict[str, Any]:
-    text = _environment().get_template(f"{kind}.yaml.j2").render(**values)
+def _render(kind: Kind, **values: Any) -> dict[str, Any]:
+    text = _environment().get_template(f"{kind.name}.yaml.j2").render(kind=kind, **values)
     document = yaml.load(text, Loader=_Loader)
-    assert isinstance(document, dict), f"template {kind} did not produce an object"
+    assert isinstance(document, dict), f"template {kind.name} did not produce an object"
     return document
 
 
-def render_plan(plan: DeploymentPlan, *, include_owned_replicas: bool = True) -> list[dict[str, Any]]:
-    """Every object of the plan, sorted by kind (apply order) and name.
-
-    With include_owned_replicas=False, workloads whose replicas belong to an autoscaler carry no `replicas` field,
-    so a server-side apply never takes that field back from its owner.
-    """
-    namespace = plan.namespace
+def render_plan(plan: DeploymentPlan) -> list[dict[str, Any]]:
+    """Every object of the plan, complete (namespace and owner references included), sorted by kind (apply order)
+    and name. Workloads carry the plan's replica count even when an autoscaler owns it: that is the count a new
+    workload starts with, and the reconciler decides when to stop sending it (reconcile/ownership.py)."""
+    shared = {"namespace": plan.namespace, "owner_references": plan.owner_references}
     objects: list[dict[str, Any]] = []
     if plan.rbac is not None:
-        for kind in ("ServiceAccount", "Role", "RoleBinding"):
-            objects.append(_render(kind, r=plan.rbac, namespace=namespace))
-    objects += [_render("ConfigMap", c=config, namespace=namespace) for config in plan.config_maps]
-    objects += [_render("Service", s=service, namespace=namespace) for service in plan.services]
-    for workload in plan.workloads:
-        replicas = None if workload.replicas_owned_elsewhere and not include_owned_replicas else workload.replicas
-        objects.append(_render(workload.kind, w=workload, namespace=namespace, replicas=replicas))
+        objects.append(_render(SERVICE_ACCOUNT, r=plan.rbac, **shared))
+        objects.append(_render(ROLE, r=plan.rbac, **shared))
+        objects.append(_render(ROLE_BINDING, r=plan.rbac, role_kind=ROLE, subject_kind=SERVICE_ACCOUNT, **shared))
+    objects += [_render(CONFIG_MAP, c=config, **shared) for config in plan.config_maps]
+    objects += [_render(SERVICE, s=service, **shared) for service in plan.services]
+    objects += [_render(KINDS[workload.kind], w=workload, **shared) for workload in plan.workloads]
     return sorted(objects, key=lambda obj: (KIND_ORDER.index(obj["kind"]), obj["metadata"]["name"]))
 
 
-def render_deployment(
-    deployment: DisaggDeployment, namespace: str | None = None, *, include_owned_replicas: bool = True
-) -> list[dict[str, Any]]:
+def render_deployment(deployment: DisaggDeployment, namespace: str | None = None) -> list[dict[str, Any]]:
     """spec -> plan -> objects, the whole pure pipeline."""
-    return render_plan(build_plan(deployment, namespace), include_owned_replicas=include_owned_replicas)
+    return render_plan(build_plan(deployment, namespace))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from disagg.reconcile.children import owner_reference, pod_problems, select_prunable
+from disagg.reconcile.children import pod_problems, select_prunable
 from disagg.reconcile.conditions import Transition
 from disagg.reconcile.events import event_object, notices_for
 from disagg.reconcile.ownership import replicas_action, replicas_patch
@@ -30,18 +30,6 @@ def test_prune_removes_only_undesired_children_we_own() -> None:
     desired = {("Deployment", "m-prefill")}
     pruned = [(obj["kind"], obj["metadata"]["name"]) for obj in select_prunable(desired, live, UID)]
     assert pruned == [("ConfigMap", "m-kv-config"), ("Deployment", "m-render")]
-
-
-def test_owner_reference_makes_us_the_controller() -> None:
-    owner = {"apiVersion": "disagg.dev/v1alpha1", "kind": "DisaggDeployment", "metadata": {"name": "m", "uid": UID}}
-    assert owner_reference(owner) == {
-        "apiVersion": "disagg.dev/v1alpha1",
-        "kind": "DisaggDeployment",
-        "name": "m",
-        "uid": UID,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def _managed(manager: str, replicas: bool) -> dict[str, Any]:

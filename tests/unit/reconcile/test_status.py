@@ -8,7 +8,7 @@ from typing import Any
 from disagg.api.errors import Problem
 from disagg.plan import build_plan
 from disagg.reconcile.conditions import ConditionUpdate, apply_conditions
-from disagg.reconcile.status import Observation, compute_status
+from disagg.reconcile.status import StatusInputs, compute_status
 from tests.support.rendering import deployment_from_yaml
 
 SPEC = """
@@ -57,8 +57,8 @@ def live(prefill: int = 2, decode: int = 1, router: int = 1, **overrides: dict[s
     return {("Deployment", name): obj for name, obj in objects.items()}
 
 
-def observe(children: dict[Any, Any], previous: dict[str, Any] | None = None, **extra: Any) -> Observation:
-    return Observation(
+def observe(children: dict[Any, Any], previous: dict[str, Any] | None = None, **extra: Any) -> StatusInputs:
+    return StatusInputs(
         generation=1, previous=previous or {}, now="2026-11-30T00:00:00Z", plan=PLAN, live=children, **extra
     )
 
@@ -116,7 +116,7 @@ def test_scaling_up_is_progressing_not_degraded() -> None:
     ready = compute_status(observe(live())).status
     scaled = live(**{"m-prefill": workload("m-prefill", 4, 2)})
     plan = build_plan(deployment_from_yaml(SPEC.replace("replicas: 2", "replicas: 4")), "ns")
-    report = compute_status(Observation(2, ready, "t", plan=plan, live=scaled))
+    report = compute_status(StatusInputs(2, ready, "t", plan=plan, live=scaled))
     assert report.phase == "Progressing"
     assert condition(report.status, "Degraded")["status"] == "False"
 
@@ -179,7 +179,7 @@ def test_unschedulable_pods_are_explained() -> None:
 def test_an_invalid_spec_keeps_the_previous_picture_and_says_why() -> None:
     ready = compute_status(observe(live())).status
     problems = [Problem("spec.decode.tensorParallel", "6 is not a multiple of 4", "use 4 or 8")]
-    report = compute_status(Observation(2, copy.deepcopy(ready), "t2", problems=problems))
+    report = compute_status(StatusInputs(2, copy.deepcopy(ready), "t2", problems=problems))
     assert report.phase == "Invalid" and report.status["observedGeneration"] == 2
     spec_valid = condition(report.status, "SpecValid")
     assert spec_valid["status"] == "False" and "spec.decode.tensorParallel" in spec_valid["message"]
@@ -202,5 +202,5 @@ def test_autoscaled_pool_reports_the_live_desired_count() -> None:
     )
     plan = build_plan(deployment_from_yaml(spec), "ns")
     children = live(**{"m-decode": workload("m-decode", 3, 3)})
-    report = compute_status(Observation(1, {}, "t", plan=plan, live=children))
+    report = compute_status(StatusInputs(1, {}, "t", plan=plan, live=children))
     assert report.status["decode"]["desiredReplicas"] == 3 and report.status["decodeReady"] == "3/3"

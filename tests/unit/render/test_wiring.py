@@ -296,9 +296,9 @@ def test_hybrid_models_get_the_ssm_preset() -> None:
 
 def test_render_tier_shares_chat_flags_and_engines_go_tokens_only() -> None:
     plan = planned(example("12-render-tier-tokens-only"))
-    assert plan.render_argv is not None
+    assert plan.render_tier_argv is not None
     chat = ["--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice"]
-    assert " ".join(chat) in " ".join(plan.render_argv)
+    assert " ".join(chat) in " ".join(plan.render_tier_argv)
     for engine in plan.engines:
         assert "--tokens-only" in engine.argv and " ".join(chat) in " ".join(engine.argv)
 
@@ -368,20 +368,25 @@ def test_nofile_limit_wraps_the_engine_in_a_shell() -> None:
     assert container["args"][0] == "m"
 
 
-def test_autoscaled_replicas_are_left_to_their_owner() -> None:
-    deployment = deployment_from_yaml(
-        _BASE + "  decode: {replicas: 2, autoscaling: {enabled: true, controller: external}}\n"
-    )
-    objects = render_deployment(deployment, "ns", include_owned_replicas=False)
-    assert "replicas" not in find(objects, "Deployment", "t-decode")["spec"]
-    assert find(objects, "Deployment", "t-prefill")["spec"]["replicas"] == 1
-    assert find(render_deployment(deployment, "ns"), "Deployment", "t-decode")["spec"]["replicas"] == 2
+def test_children_of_a_deployment_read_from_a_cluster_carry_its_controller_reference() -> None:
+    objects = render_deployment(deployment_from_yaml(_BASE.replace("{name: t}", "{name: t, uid: u-1}")), "ns")
+    expected = {
+        "apiVersion": "disagg.dev/v1alpha1",
+        "kind": "DisaggDeployment",
+        "name": "t",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert objects and all(obj["metadata"]["ownerReferences"] == [expected] for obj in objects)
+    assert all(obj["metadata"]["namespace"] == "ns" for obj in objects)
+    assert all("ownerReferences" not in obj["metadata"] for obj in render_deployment(deployment_from_yaml(_BASE), "ns"))
 
 
 def test_engine_flags_are_long_names() -> None:
     for path in EXAMPLES:
         plan = planned(path)
-        argvs = [engine.argv for engine in plan.engines] + [plan.router_argv or [], plan.render_argv or []]
+        argvs = [engine.argv for engine in plan.engines] + [plan.router_argv or [], plan.render_tier_argv or []]
         for argv in argvs:
             for token in argv:
                 if token.startswith("-") and not token.lstrip("-").isdigit():

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.api.pool import PoolName, PoolSpec
+from disagg.api.kvcache import KvCacheSpec, MooncakeStore
+from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer
+from disagg.names import PoolName
 
 KV_CONFIG_DIR = "/etc/disagg/kv"
 """Where the KV ConfigMap (Mooncake JSON, LMCache YAML) is mounted in engine containers."""
@@ -20,11 +21,15 @@ class PoolContext:
     """Facts about the pool being wired that connectors need."""
 
     deployment: str
-    role: PoolName
-    spec: DisaggDeploymentSpec
-    pool: PoolSpec
-    ranks_per_pod: int
-    """Data-parallel ranks (engine cores) running in one pod."""
+    pool: ResolvedPool
+    transfer: ResolvedTransfer
+    kv_cache: KvCacheSpec
+    mooncake_store: MooncakeStore | None
+    lmcache: LmcacheServer | None
+
+    @property
+    def role(self) -> PoolName:
+        return self.pool.role
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from disagg.api.kvcache import MooncakeStore
-
 from .base import ROLE_OF_POOL, PoolContext, Wiring
 from .custom import custom_wiring
 from .lmcache import lmcache_wiring
@@ -45,7 +43,7 @@ class PoolConnectors:
 
 
 def _transfer_wiring(context: PoolContext) -> Wiring:
-    connector = context.spec.transfer.connector
+    connector = context.transfer.connector
     if connector in ("nixl", "nixl-push"):
         return nixl_wiring(context)
     if connector == "moriio":
@@ -58,15 +56,15 @@ def _transfer_wiring(context: PoolContext) -> Wiring:
 
 
 def _tier_wirings(context: PoolContext) -> list[Wiring]:
-    tiers = context.spec.kv_cache
+    tiers = context.kv_cache
     wirings = []
     if tiers.cpu is not None and context.role in tiers.cpu.pools:
         wirings.append(offloading_wiring(context, tiers.cpu, tiers.disk))
     store = tiers.store
     if store is not None and context.role in store.pools:
-        if store.type == "mooncake":
-            wirings.append(mooncake_store_wiring(context, store.mooncake or MooncakeStore()))
-        elif context.spec.transfer.connector != "lmcache":
+        if context.mooncake_store is not None:
+            wirings.append(mooncake_store_wiring(context, context.mooncake_store))
+        elif context.transfer.connector != "lmcache":
             # With connector lmcache the transfer entry already talks to the same LMCache server.
             wirings.append(lmcache_wiring(context, as_transfer=False))
     return wirings
@@ -83,7 +81,7 @@ def pool_connectors(context: PoolContext) -> PoolConnectors:
             "kv_role": ROLE_OF_POOL[context.role],
             "kv_connector_extra_config": {"connectors": [wiring.entry.as_json() for wiring in wirings]},
         }
-    transfer = context.spec.transfer
+    transfer = context.transfer
     if transfer.buffer_device is not None:
         config["kv_buffer_device"] = transfer.buffer_device
     config["kv_load_failure_policy"] = transfer.load_failure_policy

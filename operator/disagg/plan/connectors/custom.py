@@ -10,7 +10,7 @@ _ROLE_NAMES = {"producer": "kv_producer", "consumer": "kv_consumer", "both": "kv
 
 
 def custom_wiring(context: PoolContext) -> Wiring:
-    settings = context.spec.transfer.custom
+    settings = context.transfer.custom
     assert isinstance(settings, CustomConnectorSettings)  # validation guarantees it for connector "custom"
     per_pool = settings.prefill if context.role == "prefill" else settings.decode
     role = _ROLE_NAMES[per_pool.role] if per_pool.role else ROLE_OF_POOL[context.role]

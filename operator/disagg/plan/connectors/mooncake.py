@@ -6,9 +6,8 @@ import json
 from typing import Any
 
 from disagg.api.kvcache import MooncakeStore
-from disagg.api.transfer import MooncakeSettings
 from disagg.api.units import parse_quantity
-from disagg.plan.names import BOOTSTRAP_PORT_ANNOTATION, child_name
+from disagg.names import BOOTSTRAP_PORT_ANNOTATION, child_name
 
 from .base import KV_CONFIG_DIR, ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 
@@ -16,7 +15,7 @@ MOONCAKE_CONFIG_FILE = "mooncake.json"
 
 
 def mooncake_wiring(context: PoolContext) -> Wiring:
-    settings = context.spec.transfer.mooncake or MooncakeSettings()
+    settings = context.transfer.mooncake
     extra: dict[str, Any] = {"mooncake_protocol": settings.protocol}
     if settings.devices:
         extra["device_name"] = ",".join(settings.devices)

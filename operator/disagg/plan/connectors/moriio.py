@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
-from disagg.api.transfer import MoriioSettings
-from disagg.plan.names import child_name
+from disagg.names import child_name
 
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring
 
 
 def moriio_wiring(context: PoolContext) -> Wiring:
-    settings = context.spec.transfer.moriio or MoriioSettings()
+    settings = context.transfer.moriio
     # Ports are strings because that is how MoRI-IO's own defaults and examples spell them.
     extra: dict[str, Any] = {
         "proxy_ip": child_name(context.deployment, "router"),

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from disagg.api.transfer import NixlSettings
-
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 
 CONNECTOR_NAMES = {"nixl": "NixlConnector", "nixl-push": "NixlPushConnector"}
 
 
 def nixl_wiring(context: PoolContext) -> Wiring:
-    transfer = context.spec.transfer
-    settings = transfer.nixl or NixlSettings()
+    transfer = context.transfer
+    settings = transfer.nixl
     extra: dict[str, Any] = {"backends": list(settings.backends)}
     if settings.num_threads is not None:
         extra["num_threads"] = settings.num_threads
@@ -39,15 +37,14 @@ def nixl_wiring(context: PoolContext) -> Wiring:
             {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             literal_env("VLLM_NIXL_SIDE_CHANNEL_PORT", str(settings.side_channel_port)),
         ],
-        ports=side_channel_ports(settings.side_channel_port, context),
+        ports=side_channel_ports(settings.side_channel_port, context.pool.spec.data_parallel),
     )
 
 
-def side_channel_ports(base: int, context: PoolContext) -> list[dict[str, Any]]:
-    """One container port per data-parallel rank: rank r listens on base + r (r is the global rank).
+def side_channel_ports(base: int, ranks: int) -> list[dict[str, Any]]:
+    """One container port per data-parallel rank of the replica: rank r listens on base + r (r is the global rank).
 
     A pod hosting ranks [start, start + local) binds only those ports; pods of multi-node replicas share one
     template, so they declare the whole range of the replica.
     """
-    ranks = context.pool.data_parallel if context.pool.nodes_per_replica > 1 else context.ranks_per_pod
     return [{"name": f"nixl-{rank}", "containerPort": base + rank, "protocol": "TCP"} for rank in range(ranks)]

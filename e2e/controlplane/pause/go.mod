@@ -1,0 +1,3 @@
+module disagg.dev/e2e/pause
+
+go 1.26

