@@ -7,7 +7,7 @@ from typing import Any, Protocol
 from disagg.scaling.snapshot import Observation
 
 
-class MetricsSource(Protocol):
+class ObservationSource(Protocol):
     """Fills an Observation of one DisaggDeployment's pools. Failures never raise: a pool that could not be read
     comes back as a MISSING or PARTIAL snapshot, and the policy holds it."""
 

@@ -17,7 +17,7 @@ from disagg.api.resolve import operator_scales, pool_of
 from disagg.api.units import parse_duration
 from disagg.metrics_sources.direct import DirectSource
 from disagg.metrics_sources.prometheus import PrometheusSource
-from disagg.metrics_sources.source import MetricsSource
+from disagg.metrics_sources.source import ObservationSource
 from disagg.plan.model import DeploymentPlan
 from disagg.scaling.policy import Decision, PolicyConfig, PolicyState, config_from_spec, decide
 from disagg.scaling.snapshot import Observation
@@ -76,7 +76,7 @@ class Autoscaler:
         self.states.pop(key, None)
         self.configs.pop(key, None)
         self.next_due.pop(key, None)
-        sources: list[MetricsSource] = [self.direct, *self.prometheus.values()]
+        sources: list[ObservationSource] = [self.direct, *self.prometheus.values()]
         for source in sources:
             source.forget(*key)
 
@@ -125,7 +125,7 @@ class Autoscaler:
     async def _observe(
         self, key: Key, spec: DisaggDeploymentSpec, config: PolicyConfig, pods: list[dict[str, Any]], now: float
     ) -> Observation:
-        source: MetricsSource = self.direct
+        source: ObservationSource = self.direct
         window = config.interval_s
         metrics_spec = spec.scaling.metrics
         if metrics_spec.source == "prometheus" and metrics_spec.prometheus is not None:
