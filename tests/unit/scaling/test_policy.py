@@ -667,3 +667,28 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
     # Little's law: 816 tok/s at 70 ms is 57 sequences, 64 with square-root headroom; at 31 per replica, 2.1.
     assert 1.7 <= need_with(Tuning()) <= 2.3
     assert need_with(Tuning(itl_anchor=False)) < 1.3
+
+
+def test_the_reserve_keeps_capacity_needed_for_most_of_the_recent_past() -> None:
+    # 4 prefill replicas needed for 10 of the last 20 minutes, then a lull needing 2: with the median of the recent
+    # need as a reserve the pool stays at 4 through the lull until the busy stretch falls out of the window; without
+    # it, it steps down once the plain 300 s window has passed.
+    def lull(tuning: Tuning) -> list[int]:
+        run = Run(make_spec(), replace(tuning, burst_hold_windows=1.0))
+        run.steady(25)
+        d = None
+        for _ in range(40):  # ten minutes at 60 req/s
+            d = run.step(prefill_snap(run.now, ready=4, rps=60.0, ttft=0.3), decode_snap(run.now))
+        assert d is not None and d.prefill is not None and d.prefill.replicas == 4
+        out = []
+        for _ in range(60):  # fifteen minutes at 20 req/s
+            d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+            out.append(d.prefill.replicas)
+        return out
+
+    plain = lull(Tuning())
+    assert plain[:19] == [4] * 19 and min(plain) == 2
+    held = lull(Tuning(reserve_quantile=0.5))
+    # The median over 20 minutes is the busy need until the lull fills half the window (10 minutes = 40 intervals).
+    assert held[:40] == [4] * 40 and held[40] < 4 and min(held) == 2
