@@ -692,3 +692,25 @@ def test_the_reserve_keeps_capacity_needed_for_most_of_the_recent_past() -> None
     held = lull(Tuning(reserve_quantile=0.5))
     # The median over 20 minutes is the busy need until the lull fills half the window (10 minutes = 40 intervals).
     assert held[:40] == [4] * 40 and held[40] < 4 and min(held) == 2
+
+
+def test_the_decode_margin_applies_to_the_room_above_idle() -> None:
+    # The engine of the test above, on 3 replicas: 18 sequences each at 61 ms. 70% of the 100 ms target is only
+    # 21 ms above its 49 ms idle step: about 35 sequences per replica along the secant, a need near 2, and the pool
+    # keeps a third replica that 2 x 27 sequences at 67 ms do not need. 70% of what the target leaves above the
+    # fit's idle (55 ms here: one cluster of points lifts it) aims at 86 ms, where 2 replicas are plenty.
+    def need_with(tuning: Tuning) -> float:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        d = None
+        for _ in range(40):
+            itl = (0.0488 + 0.00068 * 18) * (1 + 0.02 * math.sin(run.now))
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 3, generation_token_rate=54 / itl, running_requests=54.0,
+                waiting_requests=0.0, kv_cache_usage=0.042, itl_p90_s=itl * 1.2, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+        assert d is not None and d.decode is not None and d.decode.need is not None
+        return d.decode.need
+
+    assert need_with(Tuning()) > 1.85
+    assert need_with(Tuning(itl_margin_above_idle=True)) < 1.5

@@ -49,7 +49,15 @@ class Tuning:
     """Queued prompts are added to demand as if they had to be cleared within this time."""
 
     itl_margin: float = 0.7
-    """Aim decode at this share of the ITL target."""
+    """Aim decode at this share of the ITL target (of what the target leaves above idle, with
+    `itl_margin_above_idle`)."""
+    itl_margin_above_idle: bool = False
+    """Apply the aim to the part of the ITL target above the fit's idle ITL (as `ttft_margin` applies to the wait,
+    not the whole TTFT): where the idle step is half the target, 70% of the whole target leaves a third of the room
+    there is."""
+    itl_idle_cap: float = 0.6
+    """...with the idle counted at most this share of the target, so a fit whose idle runs high cannot aim at the
+    target itself."""
     kv_ceiling: float = 0.85
     """Never plan decode above this KV usage: past it vLLM preempts and ITL is no longer the limit."""
     kv_floor: float = 0.05

@@ -68,6 +68,14 @@ def itl_aim(state: PolicyState, tuning: Tuning) -> float:
     return state.itl_aim if state.itl_aim is not None else tuning.itl_margin
 
 
+def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
+    """The ITL decode is sized for: `aim` of the target, or of what it leaves above the idle ITL."""
+    if not tuning.itl_margin_above_idle:
+        return aim * target
+    floor = min(max(idle, 0.0), tuning.itl_idle_cap * target)
+    return floor + aim * (target - floor)
+
+
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
     """The aim from the share of tokens over the target: lower at once when the tail nears the target (bursty
     arrivals swing the batch within a window, so the p90 sits further above the mean), higher slowly when the pool
@@ -81,7 +89,7 @@ def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tun
     aim = itl_aim(state, tuning)
     if share > tuning.tail_high:
         aim = max(aim * tuning.itl_aim_down, tuning.itl_aim_min)
-    elif share < tuning.tail_low and itl >= 0.9 * aim * target:
+    elif share < tuning.tail_low and itl >= 0.9 * aimed_itl(target, aim, itl_model(config, state, tuning).idle, tuning):
         aim = min(aim * tuning.itl_aim_up, tuning.itl_aim_max)
     else:
         return state
@@ -203,7 +211,7 @@ def propose_decode(
         return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
-    itl_at_target = itl_aim(state, tuning) * target
+    itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, tuning)
     max_batch = batch_cap(config, tuning)
     signal = fit_signal(snap, tuning)
     # Only from a window served by the replicas ready now: across a change, the batch per ready replica and the ITL
