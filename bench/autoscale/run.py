@@ -234,7 +234,14 @@ def _execute_logged(job: Job) -> dict[str, Any]:
     return record
 
 
-def run_all(jobs: list[Job], parallel: int) -> list[dict[str, Any]]:
+CACHED_ONLY = False
+"""--cached-only: report the autoscalers' replays already in the cache and run none of theirs (static sweeps still
+run), for a report on a partial grid."""
+
+
+def run_all(jobs: list[Job], parallel: int, autoscalers: bool = False) -> list[dict[str, Any]]:
+    if autoscalers and CACHED_ONLY:
+        jobs = [j for j in jobs if j.score_path.exists()]
     todo = [j for j in jobs if not j.score_path.exists()]
     if todo:
         print(f"{len(todo)} replays to run ({len(jobs) - len(todo)} cached)", flush=True)
@@ -339,8 +346,11 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=2, help="replays in parallel (one process each)")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--cached-only", action="store_true", help="run no autoscaler replay; report the cached ones")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    global CACHED_ONLY
+    CACHED_ONLY = args.cached_only
     names = [n for n in args.workloads.split(",") if n] or workloads.names(args.split)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     only = set(filter(None, args.only.split(","))) or {"ours", "hpa", "planner", "static"}
@@ -360,7 +370,7 @@ def main() -> None:
                 jobs.append(hpa_job(name, seed, *results["hpa_targets"]))
             if "planner" in only:
                 jobs.extend(planner_jobs(name, seed))
-    records = run_all(jobs, args.jobs)
+    records = run_all(jobs, args.jobs, autoscalers=True)
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_cell.setdefault(record["job"]["workload"], []).append(record)
