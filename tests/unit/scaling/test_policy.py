@@ -714,3 +714,26 @@ def test_the_decode_margin_applies_to_the_room_above_idle() -> None:
 
     assert need_with(Tuning()) > 1.85
     assert need_with(Tuning(itl_margin_above_idle=True)) < 1.5
+
+
+def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> None:
+    # Four short sequences over 3 replicas of the engine above: ITL is its 49 ms idle plus 6 ms of noise. Along
+    # the secant through that point the noise reads as the cost of about one sequence, so each replica "carries"
+    # five and the pool keeps 3 where one is plenty; with the batch too small to anchor on, the model sizes it.
+    def sizes(tuning: Tuning) -> list[int]:
+        run = Run(make_spec(slo={"ttftP90": "3s", "itlP90": "100ms"}), tuning)
+        ready, out = 3, []
+        for _ in range(80):
+            itl = 0.0488 + 0.00068 * 4 / ready + 0.006 * math.sin(1.7 * run.now)
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, ready, generation_token_rate=4 / itl, running_requests=4.0,
+                waiting_requests=0.0, kv_cache_usage=0.012 / ready, itl_p90_s=itl * 1.2, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now, rps=2.0), snap)
+            assert d.decode is not None
+            ready = d.decode.replicas
+            out.append(ready)
+        return out
+
+    assert min(sizes(Tuning())) == 3
+    assert sizes(Tuning(itl_anchor_min_batch=4.0))[-30:] == [1] * 30

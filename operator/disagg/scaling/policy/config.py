@@ -74,6 +74,11 @@ class Tuning:
     """Fit the ITL model on the window's exact mean ITL (histogram sum / count) where the source reports it."""
     itl_anchor: bool = True
     """Size the batch from where the pool runs, along a secant from idle (ItlModel.sequences_at)."""
+    itl_anchor_min_batch: float = 0.0
+    """...only where the pool runs at least this many sequences per replica (0: anywhere). Near idle a secant's
+    slope is the ITL's noise over a batch of a sequence or less: it counts a sequence or two per replica, more
+    replicas shrink the batch the next window measures, and the pool grows on a load one replica carries (found on
+    the held-out code_onoff trace: decode 3 -> 8 on 5 sequences)."""
     itl_point_smoothing: float = 0.3
     """EWMA weight of a window's (batch, mean ITL) in where the pool runs."""
     itl_fit_skips_overload: bool = True

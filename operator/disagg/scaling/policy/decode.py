@@ -220,6 +220,8 @@ def propose_decode(
     anchored = tuning.itl_anchor and settled and signal is not None and not overloaded(snap, config, tuning)
     point = state.itl_point
     anchor = (point[1], point[2]) if anchored and point is not None and point[0] == snap.ready_replicas else None
+    if anchor is not None and anchor[0] < tuning.itl_anchor_min_batch:
+        anchor = None
     batch = min(
         model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor),
         tuning.kv_ceiling / usage_per_sequence,
