@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from disagg.scaling.promtext import parse_scrape
+from disagg.metrics_sources.pods import pool_pods
+from disagg.metrics_sources.promtext import parse_scrape
+from disagg.metrics_sources.window import PodSample, histogram_quantile, pool_snapshot
 from disagg.scaling.snapshot import MetricsHealth
-from disagg.scaling.sources.base import pool_pods
-from disagg.scaling.window import PodSample, histogram_quantile, pool_snapshot
 
 
 def page(

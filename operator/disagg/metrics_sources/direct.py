@@ -9,11 +9,11 @@ import aiohttp
 
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.pool import PoolName
-from disagg.scaling.promtext import parse_scrape
 from disagg.scaling.snapshot import Observation, PoolSnapshot
-from disagg.scaling.window import PodSample, pool_snapshot
 
-from .base import pool_pods
+from .pods import pool_pods
+from .promtext import parse_scrape
+from .window import PodSample, pool_snapshot
 
 SCRAPE_TIMEOUT_S = 3.0
 
@@ -38,7 +38,10 @@ class DirectSource:
                 raise ValueError(f"HTTP {response.status}")
             return await response.text()
 
-    async def observe(self, namespace: str, name: str, pods: list[dict[str, Any]], now: float) -> Observation:
+    async def observe(
+        self, namespace: str, name: str, pods: list[dict[str, Any]], now: float, window_s: float
+    ) -> Observation:
+        """`window_s` is not used: the window is the time between this scrape and each pod's previous one."""
         prefill, decode = await asyncio.gather(
             self._pool(namespace, name, "prefill", pods, now), self._pool(namespace, name, "decode", pods, now)
         )

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from disagg.api.pool import PoolName
-
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+from disagg.names import LABEL_ROLE, LWS_WORKER_INDEX_LABEL
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ def pool_pods(pods: list[dict[str, Any]], pool: PoolName) -> PoolPods:
     for pod in pods:
         metadata = pod.get("metadata") or {}
         labels = metadata.get("labels") or {}
-        if labels.get("disagg.dev/role") != pool or metadata.get("deletionTimestamp"):
+        if labels.get(LABEL_ROLE) != pool or metadata.get("deletionTimestamp"):
             continue
         if labels.get(LWS_WORKER_INDEX_LABEL, "0") != "0":
             continue
