@@ -790,7 +790,7 @@ CASES: list[BadSpec] = [
         "name-ends-like-a-child",
         {},
         "metadata.name",
-        "ends with -router, so it is the name of a child",
+        "'x-router' ends with -router, so it is the name of a child",
         "choose a name that does not end with",
         ok={},
         metadata={"name": "x-router"},
@@ -818,6 +818,7 @@ CASES: list[BadSpec] = [
         "lmcache-with-mooncake-store",
         {"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "mooncake"}}},
         "spec.kvCache.store.type",
+        "connector lmcache moves KV through an LMCache server, and one DisaggDeployment runs one KV-store daemon: "
         "with a Mooncake store the LMCache server would not be deployed",
         "use store type lmcache",
         ok={"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "lmcache"}}},

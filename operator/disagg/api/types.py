@@ -87,7 +87,8 @@ def _check_key(kind: str) -> Any:
 def _check_label_value(value: str) -> str:
     problem = label_value_error(value)
     if problem is not None:
-        raise rule_error(f"label value {value!r} {problem}", "use letters, digits, '-', '_' and '.' only")
+        fix = "shorten it to at most 63 characters" if len(value) > 63 else "use letters, digits, '-', '_' and '.' only"
+        raise rule_error(f"label value {value!r} {problem}", fix)
     return value
 
 
