@@ -441,6 +441,23 @@ CASES: list[BadSpec] = [
         ok={**HYBRID, **pools(prefill={"engine": {"extraArgs": ["--enforce-eager"]}})},
     ),
     BadSpec(
+        "hybrid-hma-disabled-with-a-value",
+        {**HYBRID, **pools(decode={"engine": {"extraArgs": ["--disable-hybrid-kv-cache-manager=true"]}})},
+        "spec.decode.engine.extraArgs[0]",
+        "hybrid SSM models require the hybrid KV cache manager",
+        "remove --disable-hybrid-kv-cache-manager",
+        ok={**HYBRID, **pools(decode={"engine": {"extraArgs": ["--disable-hybrid-kv-cache-managers=true"]}})},
+    ),
+    BadSpec(
+        # The general prefill <= decode rule stands aside for hybrid models: their own rule asks for equal sizes.
+        "hybrid-prefill-block-larger",
+        {**HYBRID, **pools(prefill={"engine": {"blockSize": 128}}, decode={"engine": {"blockSize": 64}})},
+        "spec.decode.engine.blockSize",
+        "hybrid SSM models need the same block size on both pools (prefill 128, decode 64)",
+        "set spec.engine.blockSize once",
+        ok={**HYBRID, **pools(prefill={"engine": {"blockSize": 64}}, decode={"engine": {"blockSize": 64}})},
+    ),
+    BadSpec(
         "hybrid-conv-state-layout",
         {**HYBRID, "engine": {"env": [{"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "SD"}]}},
         "spec.engine.env[0]",
