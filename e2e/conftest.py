@@ -99,7 +99,15 @@ def kube_cluster() -> Iterator[KubeCluster]:
 
 
 @pytest.fixture(scope="module")
-def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator_args() -> tuple[str, ...]:
+    """Extra `disagg run` arguments for a module's operator (a module overrides this fixture to set them)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory, operator_args: tuple[str, ...]
+) -> Iterator[OperatorProcess]:
     """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC.
 
     Module-scoped: a cluster-wide operator left running would also reconcile what other modules (the Helm tests'
@@ -114,19 +122,21 @@ def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
         (RBAC_DIR / "operator-clusterwide.yaml").read_text().replace("namespace: disagg-system", f"namespace: {home}")
     )
     rbac = rbac.replace("name: disagg-operator}", "name: disagg-e2e-operator}")
-    kube_cluster.run("create", "namespace", home)
+    # The previous module's operator home may still be terminating; creating into it is refused.
+    kube_cluster.run("wait", "--for=delete", f"namespace/{home}", "--timeout=300s")
+    kube_cluster.kubectl("create", "namespace", home)
     kube_cluster.kubectl("apply", "-f", "-", stdin=rbac)
     token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", home, "--duration=6h").strip()
     directory = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(
-        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log"
+        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log", *operator_args
     )
     process.start()
     yield process
     process.stop()
     print(f"operator log tail:\n{process.log_tail()}")
     kube_cluster.run("delete", "-f", "-", "--wait=false", stdin=rbac)
-    kube_cluster.run("delete", "namespace", home, "--wait=false")
+    kube_cluster.run("delete", "namespace", home, "--wait=true", "--timeout=300s")
 
 
 @pytest.fixture

@@ -61,7 +61,8 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   children's ownerReferences set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows only to those
   who may update the owner's finalizers;
 - every child kind: server-side apply (create + patch), list/watch (the informers that fill the cache), delete to
-  prune; get only for the workloads whose replicas an autoscaler may hold (read before the hand-over);
+  prune, get to claim a desired child the cache does not hold as ours (a name taken by an object that is not ours is
+  never written) and to read a workload before a replicas hand-over;
 - pods: list/watch (the informer: diagnostics, the scaler's metrics) and get because the router's Role grants it
   (RBAC lets the operator grant only what it holds itself); events: create.
 */}}
@@ -74,10 +75,10 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   verbs: [patch]
 - apiGroups: [""]
   resources: [serviceaccounts, configmaps, services]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]

@@ -114,6 +114,14 @@ import click
     show_default=True,
     help="How often the leader renews and the others try to take the Lease.",
 )
+@click.option(
+    "--prometheus-url",
+    "prometheus_urls",
+    multiple=True,
+    envvar="DISAGG_PROMETHEUS_URLS",
+    help="Base URL of a Prometheus that DisaggDeployments may name in spec.scaling.metrics.prometheus.url "
+    "(repeatable; the variable takes a space-separated list). No other URL is ever contacted. Default: none.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -133,6 +141,7 @@ def run(
     lease_duration_seconds: float,
     renew_deadline_seconds: float,
     retry_period_seconds: float,
+    prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -162,6 +171,9 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
+    for url in prometheus_urls:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--prometheus-url")
     options = RunOptions(
         namespaces=namespaces,
         liveness_port=liveness_port or None,
@@ -171,5 +183,6 @@ def run(
         reapply_seconds=reapply_seconds,
         limits=Limits(kube_api_qps, kube_api_burst, kube_api_in_flight),
         leader_election=lease,
+        prometheus_urls=tuple(prometheus_urls),
     )
     asyncio.run(run_operator(options))

@@ -70,4 +70,5 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         engines=[pool.command for pool in pools if pool.command is not None],
         router_argv=router.argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
+        pod_memory={pool.role: pool.memory for pool in resolved.pools},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.api.resolve import ResolvedFamily
+from disagg.api.resolve import PodMemory, ResolvedFamily
 from disagg.names import PoolName
 
 Json = Any
@@ -122,3 +122,5 @@ class DeploymentPlan:
     """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
     render_tier_argv: list[str] | None
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
+    pod_memory: dict[PoolName, PodMemory] = field(default_factory=dict)
+    """What each pool's engine pods get in memory, for review (the resources carry the same numbers)."""

@@ -59,6 +59,12 @@ NAMESPACED: tuple[Grant, ...] = (
     *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
     *_grants(CHILD_KINDS, ("list", "watch"), "informer", "the children's informers fill the cache (informer.py)"),
     *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
+    *_grants(
+        CHILD_KINDS,
+        ("get",),
+        "client",
+        "Kube.get of a desired child the cache does not hold as ours, to claim it (Reconciler._claim)",
+    ),
     *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
     Grant(POD.group, POD.plural, ("list", "watch"), "informer", "the pods' informer: status diagnostics, the scaler"),
     Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),

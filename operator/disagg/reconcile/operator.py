@@ -54,6 +54,8 @@ class RunOptions:
     reapply_seconds: float = 3600.0
     limits: Limits = Limits()
     leader_election: LeaseConfig | None = None
+    prometheus_urls: tuple[str, ...] = ()
+    """Prometheus base URLs a spec may name as its metrics source (D76)."""
 
 
 def default_identity() -> str:
@@ -204,7 +206,7 @@ async def run_operator(options: RunOptions) -> None:
         writer.may_write = elector.may_write
     identity = options.leader_election.identity if options.leader_election else default_identity()
     cache = Cache()
-    autoscaler = Autoscaler(writer)
+    autoscaler = Autoscaler(writer, allowed_prometheus=options.prometheus_urls)
     reconciler = Reconciler(
         writer, cache, instance=identity, autoscaler=autoscaler, reapply_seconds=options.reapply_seconds
     )

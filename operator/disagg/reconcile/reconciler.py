@@ -32,9 +32,9 @@ from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
-from .ownership import replicas_action, replicas_patch
-from .rendered import Core, CoreMemo
-from .status import StatusInputs, StatusReport, compute_status
+from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .rendered import CoreMemo
+from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
@@ -65,6 +65,9 @@ class PassState:
     live: dict[ChildKey, dict[str, Any]]
     """Our children as listed at the start of the pass, updated with what apply returned and prune removed."""
     desired: set[ChildKey] = field(default_factory=set)
+    claims: dict[ChildKey, Claim] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)
+    """Desired children whose name is taken by an object that is not ours: while there is one, nothing is applied."""
     apply_errors: list[str] = field(default_factory=list)
     missing_apis: list[str] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
@@ -171,14 +174,36 @@ class Reconciler:
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("transient").inc()
             log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
-        except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+            if self.queue.failures(key) > TRANSIENT_BEFORE_REPORTING:
+                await self._report_failure(
+                    key, f"the last {self.queue.failures(key)} passes failed before finishing ({exc}); retrying"
+                )
+        except Exception as exc:  # a bug must not stop the operator or the other DisaggDeployments
             result = "error"
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("unexpected").inc()
             log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+            await self._report_failure(
+                key,
+                f"the operator failed reconciling this DisaggDeployment ({type(exc).__name__}: {exc}) and retries "
+                "with backoff; this is a bug in disagg-operator: please report it with the operator's log",
+            )
         finally:
             metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
         return delay
+
+    async def _report_failure(self, key: Key, message: str) -> None:
+        """Best effort: put a failing pass in status, so the retries are never silent. When even that fails (the
+        API server is unreachable, the status may not be written), the log and the error metric still say it."""
+        try:
+            owner = self.cache.get(DISAGG_DEPLOYMENT.name, *key)
+            if owner is None or owner["metadata"].get("deletionTimestamp"):
+                return
+            previous = owner.get("status") or {}
+            report = failed_pass_status(previous, previous.get("observedGeneration"), self.clock(), message)
+            await self._publish(owner, report, [])
+        except Exception as exc:
+            log.warning("could not report the failure of %s/%s in status: %s", *key, exc)
 
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
@@ -199,17 +224,55 @@ class Reconciler:
             return "invalid"
 
         state = PassState(key, owner, core.plan, live=self._children(namespace, name))
-        if not await self._apply(state, core):
-            return "gone"  # the namespace and everything in it is going away
-        await self._prune(state)
+        desired = core.desired()
+        if await self._claim(state, desired):
+            if not await self._apply(state, desired):
+                return "gone"  # the namespace and everything in it is going away
+            await self._prune(state)
         await self._observe(state, core.spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
-        return "retry" if state.apply_errors or state.missing_apis else "ok"
+        return "retry" if state.apply_errors or state.missing_apis or state.conflicts else "ok"
 
-    async def _apply(self, state: PassState, core: Core) -> bool:
-        """Server-side apply every desired object that changed: the first wave, then the rest, each wave's objects
-        concurrently. False when the namespace is being deleted."""
-        desired = core.desired()
+    async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
+        """Decide for every desired child whether it is ours to write (D70). A child the cache does not hold as ours
+        is read first (the watches see only labelled objects, so a foreign one at that name is not in the cache);
+        those reads run concurrently. False, with the conflicts recorded, when any name is taken by an object that is
+        not ours."""
+        namespace, name = state.key
+        owner_uid = state.owner["metadata"]["uid"]
+        unread = [obj for obj in desired if child_key(obj) not in state.live]
+        reads = await asyncio.gather(
+            *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj in unread), return_exceptions=True
+        )
+        read = dict(zip((child_key(obj) for obj in unread), reads, strict=True))
+        for obj in desired:
+            key_of = child_key(obj)
+            live = read[key_of] if key_of in read else state.live.get(key_of)
+            if isinstance(live, KubeError):
+                if live.api_missing:
+                    continue  # the apply reports the missing API
+                what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
+                if live.transient:
+                    raise RetryLater(what) from live
+                # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+                state.apply_errors.append(what)
+                state.claims[key_of] = Claim("unknown")
+                continue
+            if isinstance(live, BaseException):
+                raise live
+            decision = claim(live, owner_uid, name)
+            state.claims[key_of] = decision
+            if decision.action == "conflict":
+                state.conflicts.append(conflict_message(obj["kind"], obj["metadata"]["name"], decision.holder))
+        previous = _degraded_message(state.owner)
+        if previous:  # Degraded already: no transition event will name a new conflict, so it gets an event of its own
+            new = [text for text in state.conflicts if text not in previous]
+            state.notices += [Notice("Warning", "NameConflict", text) for text in new]
+        return not state.conflicts
+
+    async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
+        """Server-side apply every desired object that is ours to write and changed: the first wave, then the rest,
+        each wave's objects concurrently. False when the namespace is being deleted."""
         state.desired = {child_key(obj) for obj in desired}
         owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
         waves = [
@@ -220,18 +283,23 @@ class Reconciler:
         for wave in waves:
             todo = []
             for obj in wave:
-                elsewhere = child_key(obj) in owned_elsewhere
+                key_of = child_key(obj)
+                decision = state.claims.get(key_of)
+                if decision is not None and decision.action == "unknown":
+                    continue  # reported by the claim step
+                elsewhere = key_of in owned_elsewhere
                 # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
-                holds = replicas_action(
-                    elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(child_key(obj))
-                )
+                holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
+                # The uid precondition is left out: the object it names is the live version the memo compares.
                 sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
                 if self.applied.unchanged(
-                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(child_key(obj))
+                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)
                 ):
                     metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
-                else:
-                    todo.append((obj, sent))
+                    continue
+                if decision is not None and decision.uid is not None:
+                    obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
+                todo.append((obj, sent))
             results = await asyncio.gather(
                 *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
             )
@@ -244,6 +312,11 @@ class Reconciler:
                     exc = result
                     if exc.namespace_terminating:
                         return False
+                    if exc.replaced:
+                        retry = retry or RetryLater(
+                            f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass"
+                        )
+                        continue
                     if exc.api_missing:
                         state.missing_apis.append(
                             KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
@@ -327,6 +400,7 @@ class Reconciler:
             live=state.live,
             apply_errors=state.apply_errors,
             missing_apis=state.missing_apis,
+            conflicts=state.conflicts,
             pods=state.pods,
             scaling_condition=state.scaling.condition,
             last_scale=state.scaling.last_scale,
@@ -371,9 +445,10 @@ class Reconciler:
                 report.status[SCALER_STATE] = memory
         if not await self._write_status(owner, report):
             return
-        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
+        # The metric follows the status at once, not after the (slower, best-effort) events.
         self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
         self._export_phases()
+        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
         """Patch status when it changed. False when the DisaggDeployment is gone."""
@@ -409,3 +484,11 @@ class Reconciler:
             counts[phase] = counts.get(phase, 0) + 1
         for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+
+
+def _degraded_message(owner: dict[str, Any]) -> str:
+    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+    for condition in (owner.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Degraded" and condition.get("status") == "True":
+            return str(condition.get("message", ""))
+    return ""

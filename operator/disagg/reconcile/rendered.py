@@ -9,11 +9,13 @@ gets its own copy of the objects (the apply step changes them).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.errors import Problem
 from disagg.api.validate import ValidationResult, validate_deployment
 from disagg.plan import build_plan
 from disagg.plan.model import DeploymentPlan
@@ -21,6 +23,8 @@ from disagg.render import render_plan
 
 from .applied import digest
 from .cache import OwnerKey
+
+log = logging.getLogger("disagg.reconcile")
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,24 @@ def _key(owner: dict[str, Any]) -> str:
 
 
 def compute(owner: dict[str, Any], namespace: str) -> Core | ValidationResult:
-    result = validate_deployment(owner)
-    if result.deployment is None:
-        return result
-    plan = build_plan(result.deployment, namespace)
-    texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in render_plan(plan))
-    return Core(result.deployment.spec, plan, texts)
+    """validate -> plan -> render. A spec the core cannot handle is reported like an invalid one (with the
+    exception's message) instead of failing every pass: retrying cannot change a pure function's answer."""
+    try:
+        result = validate_deployment(owner)
+        if result.deployment is None:
+            return result
+        plan = build_plan(result.deployment, namespace)
+        texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in render_plan(plan))
+        return Core(result.deployment.spec, plan, texts)
+    except Exception as exc:
+        log.exception("rendering %s/%s failed", namespace, (owner.get("metadata") or {}).get("name"))
+        problem = Problem(
+            "spec",
+            f"the operator could not render this spec ({type(exc).__name__}: {exc})",
+            "this is a bug in disagg-operator; please report it with the spec. Until it is fixed, change the "
+            "setting the message points at",
+        )
+        return ValidationResult(problems=[problem])
 
 
 class CoreMemo:

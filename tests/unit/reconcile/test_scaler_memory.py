@@ -13,9 +13,11 @@ def learned() -> PolicyState:
     history = (Recommendation(at=10.0, up_to=3, down_to=2, need=2.4), Recommendation(at=40.0, up_to=4, down_to=3))
     return PolicyState(
         prefill=PoolMemory(replicas=3, changed_at=40.0, direction=1, history=history, observed_at=10.0, waiting=2.0),
-        decode=PoolMemory(replicas=2, burst_at=30.0),
+        decode=PoolMemory(replicas=2, burst_at=30.0, bursts=(12.0, 30.0), ready=2, load=850.25),
         prefill_capacity=41000.5,
         queue_factor=None,
+        itl_point=(2, 17.5, 0.031),
+        itl_aim=0.82,
         itl_fit=ItlFit(moments=tuple(float(i) for i in range(9)), at=40.0),
     )
 
