@@ -166,6 +166,8 @@ LEADER_WORKER_SET = Kind(
 )
 POD = Kind("Pod", "v1", "pods")
 EVENT = Kind("Event", "v1", "events")
+LEASE = Kind("Lease", "coordination.k8s.io/v1", "leases")
+"""The leader-election lock of the operator's replicas (in the operator's own namespace, never a user's)."""
 DISAGG_DEPLOYMENT = Kind(KIND, API_VERSION, PLURAL)
 
 CHILD_KINDS: tuple[Kind, ...] = (
@@ -180,5 +182,11 @@ CHILD_KINDS: tuple[Kind, ...] = (
 """Every kind the operator creates, in apply order (identities and configuration before the pods that use them).
 Only these are watched, listed and ever pruned."""
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, EVENT, DISAGG_DEPLOYMENT)}
+FIRST_WAVE: frozenset[str] = frozenset({SERVICE_ACCOUNT.name, ROLE.name, CONFIG_MAP.name, SERVICE.name})
+"""Children that others name, applied (concurrently) before every other child, which then go concurrently: pods
+name their ServiceAccount and ConfigMaps (a pod naming a missing ServiceAccount is refused, so its workload backs
+off), and RBAC refuses a RoleBinding whose Role does not exist yet (its escalation check reads the Role). A kind
+not listed, including one added later, waits for these."""
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, EVENT, LEASE, DISAGG_DEPLOYMENT)}
 """Every kind the operator reads or writes, by name."""

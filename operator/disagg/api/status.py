@@ -77,3 +77,8 @@ class DisaggDeploymentStatus(StatusModel):
     router: ComponentStatus | None = Field(default=None, description="The router.")
     render: ComponentStatus | None = Field(default=None, description="The render tier, when enabled.")
     kv_store: ComponentStatus | None = Field(default=None, description="The KV store, when deployed.")
+    scaler_state: str | None = Field(
+        default=None,
+        description="What the operator's autoscaler has learned (versioned JSON, not an API): whichever operator "
+        "replica reconciles next continues from it.",
+    )
