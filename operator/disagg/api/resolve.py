@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from disagg.frontend.contract import FlowName
 from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
 
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
@@ -209,6 +210,54 @@ def shared_image(spec: DisaggDeploymentSpec) -> str:
     return spec.engine.image or DEFAULT_ENGINE_IMAGE
 
 
+# -- the router and the flow it drives ---------------------------------------------------------------------------
+
+RouterKind = Literal["disagg-frontend", "vllm-router", "custom"]
+VLLM_ROUTER_FLOWS: frozenset[FlowName] = frozenset({"pull", "mooncake", "moriio-read"})
+"""What vllm-router 0.1.17 drives: NIXL pull (also LMCache, whose KV moves through its server, and custom
+connectors speaking NIXL's protocol), Mooncake, and MoRI-IO read. Not push (no concurrent dispatch with prefill's
+coordinates), bidirectional (it blanks the client's kv_transfer_params before prefill), MoRI-IO write, nor the
+render tier (it does not drive render -> generate -> derender)."""
+
+
+def router_kind(spec: DisaggDeploymentSpec) -> RouterKind | None:
+    """Which router fronts the engines: a custom container, our frontend or vllm-router; None when a custom
+    connector names no P/D protocol (the decode pool's own endpoint is then the Service's)."""
+    router = spec.frontend.router
+    if router.custom_container is not None:
+        return "custom"
+    if spec.transfer.connector == "custom" and (
+        spec.transfer.custom is None or spec.transfer.custom.router_protocol is None
+    ):
+        return None
+    return router.implementation
+
+
+def transfer_flow(transfer: TransferSpec) -> FlowName | None:
+    """The P/D flow a router must drive for this transfer; None for a custom connector that names no protocol."""
+    connector = transfer.connector
+    if connector == "nixl":
+        nixl = transfer.nixl or NixlSettings()
+        return "bidirectional" if nixl.bidirectional.enabled else "pull"
+    if connector == "nixl-push":
+        return "push"
+    if connector == "moriio":
+        return "moriio-read" if (transfer.moriio or MoriioSettings()).mode == "read" else "moriio-write"
+    if connector == "mooncake":
+        return "mooncake"
+    if connector == "lmcache":
+        return "pull"  # prefill first, then decode; the KV itself goes through the LMCache server
+    custom = transfer.custom
+    protocol = custom.router_protocol if custom is not None else None
+    if protocol == "nixl":
+        return "pull"
+    if protocol == "mooncake":
+        return "mooncake"
+    if protocol == "moriio":
+        return "moriio-read" if custom is not None and custom.extra_config.get("read_mode") is True else "moriio-write"
+    return None
+
+
 # -- the resolved view ------------------------------------------------------------------------------------------
 
 
@@ -280,6 +329,10 @@ class ResolvedDeployment:
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
     frontend: FrontendSpec
+    router: RouterKind | None
+    """Which router fronts the engines (None: the decode pool's own endpoint is the Service's)."""
+    flow: FlowName | None
+    """The P/D flow the router drives."""
 
     @property
     def pools(self) -> tuple[ResolvedPool, ResolvedPool]:
@@ -315,4 +368,6 @@ def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = Non
         mooncake_store=mooncake_store(spec),
         lmcache=lmcache_server(spec),
         frontend=spec.frontend,
+        router=router_kind(spec),
+        flow=transfer_flow(spec.transfer),
     )

@@ -13,11 +13,13 @@ from disagg.names import POOLS
 from .deployment import DisaggDeploymentSpec
 from .engine import EngineSettings
 from .errors import Problem
+from .frontend import FRONTEND_POLICIES, VLLM_ROUTER_POLICIES
 from .owned import (
     ENGINE_HTTP_PORT,
     FIELD_BACKED_ENGINE_ENV,
     OWNED_ENGINE_ENV,
     OWNED_ENGINE_FLAGS,
+    OWNED_FRONTEND_FLAGS,
     OWNED_ROUTER_FLAGS,
 )
 from .pool import PoolName, PoolSpec
@@ -29,6 +31,8 @@ from .resolve import (
     replica_layout,
     resolve_family,
     resolve_transfer,
+    router_kind,
+    transfer_flow,
 )
 from .types import ArgList
 
@@ -152,6 +156,62 @@ def push_mode_limits(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iter
             "spec.decode.pipelineParallel",
             "connector nixl-push does not support pipeline parallelism on the decode side",
             "set it to 1, or use connector nixl",
+        )
+
+
+_VLLM_ROUTER_CANNOT = {
+    "push": "NIXL push: it cannot send decode's leg with prefill's coordinates while prefill runs",
+    "bidirectional": "bidirectional multi-turn: it replaces the client's kv_transfer_params with a blank set "
+    "before prefill, so no turn reads the history back",
+    "moriio-write": "MoRI-IO write mode: it needs both legs dispatched at once",
+}
+
+
+@rule
+def router_drives_the_flow(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    """Never deploy a router that would look Ready while it cannot serve the flow the spec asks for."""
+    if router_kind(spec) != "vllm-router":
+        return
+    flow = transfer_flow(spec.transfer)
+    if flow in _VLLM_ROUTER_CANNOT:
+        yield Problem(
+            "spec.frontend.router.implementation",
+            f"vllm-router 0.1.17 cannot drive {_VLLM_ROUTER_CANNOT[flow]}",
+            "remove implementation (the operator's frontend, disagg-frontend, drives this flow), or change "
+            "spec.transfer",
+        )
+    if spec.frontend.render.enabled:
+        yield Problem(
+            "spec.frontend.router.implementation",
+            "vllm-router 0.1.17 cannot drive the render tier (render -> generate on --tokens-only engines -> derender)",
+            "remove implementation (disagg-frontend drives the render tier), or turn spec.frontend.render off",
+        )
+
+
+@rule
+def router_policies_exist(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    kind = router_kind(spec)
+    if kind not in ("vllm-router", "disagg-frontend"):
+        return
+    router = spec.frontend.router
+    offered = FRONTEND_POLICIES if kind == "disagg-frontend" else VLLM_ROUTER_POLICIES
+    for name, value in (
+        ("policy", router.policy),
+        ("prefillPolicy", router.prefill_policy),
+        ("decodePolicy", router.decode_policy),
+    ):
+        if value is not None and value not in offered:
+            yield Problem(
+                f"spec.frontend.router.{name}",
+                f"{kind} has no policy {value}",
+                f"use one of {', '.join(offered)}"
+                + (", or set implementation: vllm-router" if kind == "disagg-frontend" else ""),
+            )
+    if kind == "disagg-frontend" and router.admin_port == router.port:
+        yield Problem(
+            "spec.frontend.router.adminPort",
+            f"the admin port {router.admin_port} is also the API port",
+            "give adminPort a port of its own: the admin API must stay off the user-facing Service",
         )
 
 
@@ -488,9 +548,11 @@ def owned_engine_flags(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> It
         yield from _owned_flag_problems(
             f"spec.{role}.engine.extraArgs", pool.engine.extra_args, OWNED_ENGINE_FLAGS, f"spec.{role}"
         )
-    yield from _owned_flag_problems(
-        "spec.frontend.router.extraArgs", spec.frontend.router.extra_args, OWNED_ROUTER_FLAGS, "spec.frontend.router"
-    )
+    if router_kind(spec) in ("vllm-router", "disagg-frontend"):
+        owned = OWNED_ROUTER_FLAGS if spec.frontend.router.implementation == "vllm-router" else OWNED_FRONTEND_FLAGS
+        yield from _owned_flag_problems(
+            "spec.frontend.router.extraArgs", spec.frontend.router.extra_args, owned, "spec.frontend.router"
+        )
 
 
 def _owned_flag_problems(path: str, args: ArgList, owned: dict[str, str], scope: str) -> Iterator[Problem]:

@@ -7,6 +7,10 @@ import logging
 
 import click
 
+from disagg.plan.model import Installation
+
+from ._inputs import FRONTEND_IMAGE_OPTION
+
 
 @click.command()
 @click.option(
@@ -45,6 +49,7 @@ import click
     show_default=True,
     help="How often every DisaggDeployment is reconciled even without an event (drift repair).",
 )
+@FRONTEND_IMAGE_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -53,6 +58,7 @@ def run(
     metrics_port: int,
     workers: int,
     resync_seconds: float,
+    frontend_image: str,
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -65,4 +71,9 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
-    asyncio.run(run_operator(list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds))
+    installation = Installation(frontend_image=frontend_image)
+    asyncio.run(
+        run_operator(
+            list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds, installation
+        )
+    )

@@ -8,7 +8,8 @@ from disagg.api.deployment import DisaggDeployment
 from disagg.api.resolve import resolve_deployment
 from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
-from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
+from .model import DEFAULT_INSTALLATION, ConfigMapPlan, DeploymentPlan, Installation, ServicePlan, WorkloadPlan
+from .pairing import plan_pairing
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
@@ -25,12 +26,15 @@ def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
     return [{**reference, "controller": True, "blockOwnerDeletion": True}]
 
 
-def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
+def build_plan(
+    deployment: DisaggDeployment, namespace: str | None = None, installation: Installation = DEFAULT_INSTALLATION
+) -> DeploymentPlan:
     """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
     resolved = resolve_deployment(deployment, namespace)
     name, namespace = resolved.name, resolved.namespace
-    pools = [plan_pool(resolved, pool) for pool in resolved.pools]
-    router = plan_router(resolved)
+    pairing = plan_pairing(resolved, deployment.metadata.generation, deployment.status)
+    pools = [plan_pool(resolved, pool, pairing) for pool in resolved.pools]
+    router = plan_router(resolved, installation)
     render_tier = plan_render_tier(resolved)
     store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
 
@@ -49,7 +53,7 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         workloads.append(render_tier.workload)
         services.append(render_tier.service)
     frontend = resolved.frontend
-    services.append(user_facing_service(name, frontend.service, resolved.decode, has_router=router is not None))
+    services.append(user_facing_service(resolved, frontend.service, has_router=router is not None))
 
     files: dict[str, str] = {}
     for pool in pools:
@@ -68,6 +72,9 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         config_maps=config_maps if files else [],
         rbac=router.rbac if router is not None else None,
         engines=[pool.command for pool in pools if pool.command is not None],
+        router=resolved.router,
         router_argv=router.argv if router is not None else None,
+        frontend_argv=router.frontend_argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
+        pairing=pairing,
     )

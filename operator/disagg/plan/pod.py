@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.engine import EngineSettings
+from disagg.api.frontend import ResourceRequirements
 from disagg.api.kvcache import DiskTier
 from disagg.api.model import ModelStorage
 from disagg.api.owned import ENGINE_HTTP_PORT
@@ -15,7 +16,7 @@ from disagg.api.types import EnvVar, Toleration
 from disagg.api.units import format_binary_quantity, parse_quantity
 from disagg.names import LWS_GROUP_KEY_LABEL, POOL_HOST_ENV, POOLS, kv_config_name, pool_service_name
 
-from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
+from .connectors.base import KV_CONFIG_DIR, POD_NAME_ENV, field_env, literal_env
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 PROBE_PERIOD_SECONDS = 10
@@ -27,6 +28,7 @@ def base_engine_env(deployment: ResolvedDeployment, presets: ResolvedFamily) -> 
     """Variables every engine container gets, before connector and user variables. `presets` is the family whose
     presets apply (a custom engine gets none)."""
     env = [
+        field_env(POD_NAME_ENV, "metadata.name"),
         field_env("POD_IP", "status.podIP"),
         # vLLM binds and advertises this address for its distributed and KV side channels.
         field_env("VLLM_HOST_IP", "status.podIP"),
@@ -231,3 +233,19 @@ def with_replica_affinity(fields: dict[str, Any], selector: dict[str, str], topo
 
 def tolerations(items: list[Toleration]) -> list[dict[str, Any]]:
     return [item.model_dump(by_alias=True, exclude_none=True) for item in items]
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+}
+"""The securityContext of the operator's own small containers (routers, daemons): what Pod Security's
+restricted level asks for."""
+
+
+def router_resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
+    requests = {name: str(value) for name, value in given.requests.items()} or {"cpu": "500m", "memory": "512Mi"}
+    limits = {name: str(value) for name, value in given.limits.items()} or {"memory": "1Gi"}
+    return {"requests": requests, "limits": limits}

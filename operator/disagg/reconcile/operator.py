@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from disagg.names import CHILD_KINDS, GROUP, LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, VERSION
+from disagg.plan.model import DEFAULT_INSTALLATION, Installation
 
 from . import metrics
 from .autoscale import Autoscaler
@@ -80,7 +81,12 @@ def build_registry(reconciler: Reconciler, stop: asyncio.Event | None = None) ->
 
 
 async def run_operator(
-    namespaces: list[str], liveness_port: int | None, metrics_port: int | None, workers: int, resync_seconds: float
+    namespaces: list[str],
+    liveness_port: int | None,
+    metrics_port: int | None,
+    workers: int,
+    resync_seconds: float,
+    installation: Installation = DEFAULT_INSTALLATION,
 ) -> None:
     """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
     stop = asyncio.Event()
@@ -91,7 +97,7 @@ async def run_operator(
         metrics.serve(metrics_port)
     kube = await Kube.connect()
     autoscaler = Autoscaler(kube)
-    reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler)
+    reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler, installation=installation)
     registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
     log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")

@@ -18,7 +18,7 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import validate_deployment
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, children_selector
 from disagg.plan import build_plan
-from disagg.plan.model import DeploymentPlan
+from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
 from disagg.render import render_plan
 
 from . import metrics
@@ -68,8 +68,10 @@ class Reconciler:
         instance: str = "disagg-operator",
         clock: Callable[[], str] = rfc3339_now,
         autoscaler: Autoscaler | None = None,
+        installation: Installation = DEFAULT_INSTALLATION,
     ) -> None:
         self.kube = kube
+        self.installation = installation
         self.autoscaler = autoscaler
         self.instance = instance
         self.clock = clock
@@ -153,7 +155,7 @@ class Reconciler:
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        plan = build_plan(result.deployment, namespace)
+        plan = build_plan(result.deployment, namespace, self.installation)
         state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
         if not await self._apply(state, render_plan(plan)):
             return "gone"  # the namespace and everything in it is going away

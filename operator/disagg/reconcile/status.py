@@ -178,6 +178,8 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
         "conditions": conditions,
         "endpoint": plan.endpoint,
         "modelFamily": plan.family,
+        "pairingRevision": plan.pairing.revision,
+        "pairingGeneration": plan.pairing.generation,
     }
     for role in ("prefill", "decode"):
         component = components[role]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disagg.api.kvcache import KvCacheSpec, MooncakeStore
-from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer
+from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer, RouterKind
 from disagg.names import PoolName
 
 KV_CONFIG_DIR = "/etc/disagg/kv"
@@ -26,6 +26,8 @@ class PoolContext:
     kv_cache: KvCacheSpec
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
+    router: RouterKind | None = None
+    """Which router fronts the engines (MoRI-IO engines register with vllm-router only)."""
 
     @property
     def role(self) -> PoolName:
@@ -70,3 +72,11 @@ def literal_env(name: str, value: str) -> dict[str, Any]:
 
 def field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+POD_NAME_ENV = "POD_NAME"
+ENGINE_ID = f"$({POD_NAME_ENV})"
+"""Every vLLM engine's kv_transfer_config.engine_id: its pod's name (kubelet expands it in the arguments), so the
+frontend knows each engine's id from the pod alone (push and Mooncake decode name prefill's id before prefill
+runs; bidirectional finds the decode engine holding a conversation by it). vLLM appends `_dp<rank>` per
+data-parallel rank."""

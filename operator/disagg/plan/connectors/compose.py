@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ROLE_OF_POOL, PoolContext, Wiring
+from .base import ENGINE_ID, ROLE_OF_POOL, PoolContext, Wiring
 from .custom import custom_wiring
 from .lmcache import lmcache_wiring
 from .mooncake import mooncake_store_wiring, mooncake_wiring
@@ -81,6 +81,7 @@ def pool_connectors(context: PoolContext) -> PoolConnectors:
             "kv_role": ROLE_OF_POOL[context.role],
             "kv_connector_extra_config": {"connectors": [wiring.entry.as_json() for wiring in wirings]},
         }
+    config["engine_id"] = ENGINE_ID
     transfer = context.transfer
     if transfer.buffer_device is not None:
         config["kv_buffer_device"] = transfer.buffer_device
