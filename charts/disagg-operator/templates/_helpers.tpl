@@ -78,7 +78,7 @@ e2e/rbac/operator-clusterwide.yaml (a test compares them):
   resources: [serviceaccounts, configmaps, services]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
-  resources: [deployments]
+  resources: [deployments, daemonsets]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]

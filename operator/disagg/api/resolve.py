@@ -18,7 +18,7 @@ from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
 from .engine import DEFAULT_ENGINE_IMAGE, ChatSettings, EngineSettings
 from .frontend import FrontendSpec
-from .kvcache import KvCacheSpec, MooncakeStore
+from .kvcache import KvCacheSpec, MooncakeStore, PegaflowStore
 from .model import ModelSpec
 from .pool import CustomContainer, PoolSpec
 from .transfer import (
@@ -205,6 +205,11 @@ def mooncake_store(spec: DisaggDeploymentSpec) -> MooncakeStore | None:
     return store.mooncake or MooncakeStore()
 
 
+def pegaflow_store(spec: DisaggDeploymentSpec) -> PegaflowStore | None:
+    store = spec.kv_cache.store
+    return store.pegaflow if store is not None and store.type == "pegaflow" else None
+
+
 def shared_image(spec: DisaggDeploymentSpec) -> str:
     """The image of what is not an engine pool but runs vLLM's code (render tier, KV-store daemons)."""
     return spec.engine.image or DEFAULT_ENGINE_IMAGE
@@ -328,6 +333,7 @@ class ResolvedDeployment:
     kv_cache: KvCacheSpec
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
+    pegaflow: PegaflowStore | None
     frontend: FrontendSpec
     router: RouterKind | None
     """Which router fronts the engines (None: the decode pool's own endpoint is the Service's)."""
@@ -367,6 +373,7 @@ def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = Non
         kv_cache=spec.kv_cache,
         mooncake_store=mooncake_store(spec),
         lmcache=lmcache_server(spec),
+        pegaflow=pegaflow_store(spec),
         frontend=spec.frontend,
         router=router_kind(spec),
         flow=transfer_flow(spec.transfer),

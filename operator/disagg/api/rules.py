@@ -532,12 +532,48 @@ def kv_tiers_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> I
             )
     store = tiers.store
     if store is not None:
-        for block in ("mooncake", "lmcache"):
+        for block in ("mooncake", "lmcache", "pegaflow"):
             if getattr(store, block) is not None and store.type != block:
                 yield Problem(
                     f"spec.kvCache.store.{block}",
                     f"set, but spec.kvCache.store.type is {store.type}",
                     f"remove it, or set type to {block}",
+                )
+
+
+@rule
+def store_daemons_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    store = spec.kv_cache.store
+    if store is None:
+        return
+    mooncake = store.mooncake
+    if mooncake is not None:
+        if mooncake.mode == "standalone" and "global_segment_size" in mooncake.model_fields_set:
+            yield Problem(
+                "spec.kvCache.store.mooncake.globalSegmentSize",
+                "in standalone mode engines contribute no segment (vLLM requires 0): the node's client owns the pool",
+                "remove it and size the pool with spec.kvCache.store.mooncake.client.segmentSize",
+            )
+        if mooncake.mode == "embedded" and "client" in mooncake.model_fields_set:
+            yield Problem(
+                "spec.kvCache.store.mooncake.client",
+                "the per-node client exists only in standalone mode",
+                "set spec.kvCache.store.mooncake.mode: standalone, or remove client",
+            )
+    if store.type == "pegaflow":
+        for role, pool in _pools(spec):
+            if role in store.pools and pool.resources.gpu_resource_name != "nvidia.com/gpu":
+                yield Problem(
+                    f"spec.{role}.resources.gpuResourceName",
+                    f"PegaFlow's server reads KV from vLLM workers through CUDA IPC, and {role} asks for "
+                    f"{pool.resources.gpu_resource_name}",
+                    f"run {role} on NVIDIA GPUs, or remove {role} from spec.kvCache.store.pools",
+                )
+            if role in store.pools and spec.transfer.network.host_network:
+                yield Problem(
+                    "spec.transfer.network.hostNetwork",
+                    "PegaFlow's server owns ports of the node, and engines on the host network would share them",
+                    "turn hostNetwork off for the engines (they reach the server at the node's address)",
                 )
 
 

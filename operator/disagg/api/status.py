@@ -77,6 +77,10 @@ class DisaggDeploymentStatus(StatusModel):
     router: ComponentStatus | None = Field(default=None, description="The router.")
     render: ComponentStatus | None = Field(default=None, description="The render tier, when enabled.")
     kv_store: ComponentStatus | None = Field(default=None, description="The KV store, when deployed.")
+    kv_node: ComponentStatus | None = Field(
+        default=None,
+        description="The per-node KV daemons (standalone Mooncake client, PegaFlow server), when deployed.",
+    )
     pairing_revision: str | None = Field(
         default=None,
         description="Pairing revision of the engines the spec asks for: a hash of what prefill and decode must "

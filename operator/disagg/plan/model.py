@@ -16,7 +16,7 @@ from disagg.names import PoolName
 from .pairing import Pairing
 
 Json = Any
-WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
+WorkloadKind = Literal["Deployment", "LeaderWorkerSet", "DaemonSet"]
 
 DEFAULT_FRONTEND_IMAGE = f"ghcr.io/disagg-dev/disagg-operator:{__version__}"
 """The image `disagg frontend` runs from when nothing else is said: the operator's own release image."""

@@ -74,6 +74,7 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairi
         deployment.mooncake_store,
         deployment.lmcache,
         deployment.router,
+        deployment.pegaflow,
     )
     connectors = pool_connectors(context)
     node_roles: list[NodeRole] = ["leader", "worker"] if pool.layout.multi_node else ["single"]
@@ -127,7 +128,7 @@ def _engine_pod(
         annotations={**pool.spec.pod_annotations, **contract_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool),
+        spec_extra=_pod_extra(deployment, pool, host_ipc=connectors.host_ipc),
     )
 
 
@@ -153,9 +154,11 @@ def _worker_argv_for_index(argv: list[str], layout: ReplicaLayout, index: int) -
     return resolved
 
 
-def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool) -> dict[str, Any]:
+def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: bool = False) -> dict[str, Any]:
     spec = pool.spec
     extra: dict[str, Any] = {}
+    if host_ipc:
+        extra["hostIPC"] = True
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
     extra["terminationGracePeriodSeconds"] = grace_period(pool)

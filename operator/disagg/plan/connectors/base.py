@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from disagg.api.kvcache import KvCacheSpec, MooncakeStore
+from disagg.api.kvcache import KvCacheSpec, MooncakeStore, PegaflowStore
 from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer, RouterKind
 from disagg.names import PoolName
 
@@ -28,6 +28,7 @@ class PoolContext:
     lmcache: LmcacheServer | None
     router: RouterKind | None = None
     """Which router fronts the engines (MoRI-IO engines register with vllm-router only)."""
+    pegaflow: PegaflowStore | None = None
 
     @property
     def role(self) -> PoolName:
@@ -64,6 +65,8 @@ class Wiring:
     """File name -> content, shipped in the KV ConfigMap and mounted under KV_CONFIG_DIR."""
     host_memory_per_engine: int = 0
     """Bytes of host memory each engine (data-parallel rank) pins for this connector."""
+    host_ipc: bool = False
+    """The engine pod joins the host IPC namespace (CUDA IPC with a per-node daemon, PegaFlow)."""
 
 
 def literal_env(name: str, value: str) -> dict[str, Any]:
@@ -72,6 +75,14 @@ def literal_env(name: str, value: str) -> dict[str, Any]:
 
 def field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+HOST_IP_ENV = "HOST_IP"
+"""The node's address (status.hostIP): where a per-node KV daemon on the host network listens."""
+
+
+def host_ip_env() -> dict[str, Any]:
+    return field_env(HOST_IP_ENV, "status.hostIP")
 
 
 POD_NAME_ENV = "POD_NAME"

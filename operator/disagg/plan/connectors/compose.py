@@ -12,6 +12,7 @@ from .mooncake import mooncake_store_wiring, mooncake_wiring
 from .moriio import moriio_wiring
 from .nixl import nixl_wiring
 from .offloading import offloading_wiring
+from .pegaflow import pegaflow_wiring
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class PoolConnectors:
     def host_memory_per_engine(self) -> int:
         return sum(wiring.host_memory_per_engine for wiring in self.wirings)
 
+    @property
+    def host_ipc(self) -> bool:
+        return any(wiring.host_ipc for wiring in self.wirings)
+
 
 def _transfer_wiring(context: PoolContext) -> Wiring:
     connector = context.transfer.connector
@@ -64,6 +69,8 @@ def _tier_wirings(context: PoolContext) -> list[Wiring]:
     if store is not None and context.role in store.pools:
         if context.mooncake_store is not None:
             wirings.append(mooncake_store_wiring(context, context.mooncake_store))
+        elif context.pegaflow is not None:
+            wirings.append(pegaflow_wiring(context, context.pegaflow))
         elif context.transfer.connector != "lmcache":
             # With connector lmcache the transfer entry already talks to the same LMCache server.
             wirings.append(lmcache_wiring(context, as_transfer=False))
