@@ -13,7 +13,7 @@ from .pairing import plan_pairing
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
-from .stores import plan_node_daemon, plan_store
+from .stores import plan_node_daemon, plan_store, store_placement
 
 
 def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
@@ -36,7 +36,14 @@ def build_plan(
     pools = [plan_pool(resolved, pool, pairing) for pool in resolved.pools]
     router = plan_router(resolved, installation)
     render_tier = plan_render_tier(resolved)
-    store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image, resolved.pegaflow)
+    store = plan_store(
+        name,
+        resolved.mooncake_store,
+        resolved.lmcache,
+        resolved.shared_image,
+        resolved.pegaflow,
+        store_placement(resolved),
+    )
     node_daemon = plan_node_daemon(resolved)
 
     workloads: list[WorkloadPlan] = []

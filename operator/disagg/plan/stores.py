@@ -4,7 +4,7 @@ store's `mooncake_client` or PegaFlow's `pegaflow-server`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from disagg.api.frontend import PodPlacement
@@ -35,16 +35,30 @@ def plan_store(
     lmcache: LmcacheServer | None,
     engine_image: str,
     pegaflow: PegaflowStore | None = None,
+    placement: dict[str, Any] | None = None,
 ) -> StorePlan | None:
     """One KV-store daemon per DisaggDeployment: the Mooncake master when the store tier is Mooncake, the
-    PegaFlow metaserver for PegaFlow, else the LMCache server when anything uses LMCache."""
+    PegaFlow metaserver for PegaFlow, else the LMCache server when anything uses LMCache. `placement` (node
+    selector and tolerations) puts it where the pools that use it run."""
+    plan: StorePlan | None = None
     if mooncake is not None:
-        return _mooncake_master(deployment, mooncake, engine_image)
-    if pegaflow is not None:
-        return _pegaflow_metaserver(deployment, pegaflow) if pegaflow.metaserver.enabled else None
-    if lmcache is not None:
-        return _lmcache_server(deployment, lmcache.image, lmcache.port, lmcache.size)
-    return None
+        plan = _mooncake_master(deployment, mooncake, engine_image)
+    elif pegaflow is not None:
+        plan = _pegaflow_metaserver(deployment, pegaflow) if pegaflow.metaserver.enabled else None
+    elif lmcache is not None:
+        plan = _lmcache_server(deployment, lmcache.image, lmcache.port, lmcache.size)
+    if plan is not None and placement:
+        pod = plan.workload.pod
+        placed = PodPlan(pod.labels, pod.annotations, pod.containers, pod.volumes, {**pod.spec_extra, **placement})
+        plan = StorePlan(replace(plan.workload, pod=placed), plan.service)
+    return plan
+
+
+def store_placement(deployment: ResolvedDeployment) -> dict[str, Any]:
+    """The common node labels and every toleration of the pools that use the store (or of both pools)."""
+    store = deployment.kv_cache.store
+    pools = [pool for pool in deployment.pools if store is None or pool.role in store.pools]
+    return _daemon_placement(PodPlacement(), pools)
 
 
 def _mooncake_master(deployment: str, store: MooncakeStore, engine_image: str) -> StorePlan:
@@ -211,9 +225,17 @@ def _mooncake_client(
         resources=_daemon_resources(segment, network),
         volume_mounts=mounts,
         probes=_tcp_probes("rpc"),
-        security_context={"capabilities": {"add": ["IPC_LOCK"]}},
+        security_context=_daemon_security(client.offload is not None),
     )
     return container, volumes
+
+
+def _daemon_security(writes_the_node: bool) -> dict[str, Any]:
+    """IPC_LOCK to pin the pool; root when it writes a directory of the node (a hostPath belongs to root)."""
+    context: dict[str, Any] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    if writes_the_node:
+        context["runAsUser"] = 0
+    return context
 
 
 def _pegaflow_server(

@@ -94,7 +94,7 @@ def test_a_standalone_mooncake_store_runs_one_client_per_engine_node_on_the_host
         {"name": "kv-ssd", "hostPath": {"path": "/mnt/nvme/mooncake", "type": "DirectoryOrCreate"}}
     ]
     assert client["resources"]["requests"]["memory"] == "65Gi"
-    assert client["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert client["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}, "runAsUser": 0}
     master = find(rendered, "Deployment", "agentx-kv-store")["spec"]["template"]["spec"]["containers"][0]
     assert {"--enable_offload=true", "--enable_multi_tenants=true"} <= set(master["args"])
 
