@@ -67,7 +67,7 @@ def frontend_container(
     router = deployment.frontend.router
     get = {"path": "/health", "port": "http"}
     return ContainerPlan(
-        name="frontend",
+        name="router",
         image=router.image or installation.frontend_image,
         image_pull_policy="IfNotPresent",
         command=["disagg", "frontend"],

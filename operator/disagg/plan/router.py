@@ -16,13 +16,16 @@ from .frontend import frontend_argv, frontend_container
 from .model import ContainerPlan, Installation, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
 from .pod import RESTRICTED_CONTAINER, pool_host_env, router_resources, tolerations, user_env
 
+ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+)
+"""What the router's own Role grants: service discovery reads and watches the engine pods of its namespace."""
+
 DEFAULT_PREFILL_POLICY = "cache_aware"
 DEFAULT_DECODE_POLICY = "power_of_two"
 ROUTER_PROTOCOL = {"nixl": "nixl", "nixl-push": "nixl", "mooncake": "mooncake", "moriio": "moriio", "lmcache": "nixl"}
 """The P/D protocol vllm-router speaks per connector. LMCache moves KV through its server, so the router only has to
 run prefill before decode, which its NIXL mode does."""
-POD_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-"""Both routers discover engines by watching pods in their own namespace, and need nothing else."""
 APP_NAMES = {"disagg-frontend": "disagg-frontend", "vllm-router": "vllm-router", "custom": "custom-router"}
 
 
@@ -147,7 +150,11 @@ def plan_router(deployment: ResolvedDeployment, installation: Installation) -> R
     # Headless: engines (MoRI-IO registration), Prometheus and the operator reach each router pod by name (the
     # frontend's admin port too), and no Service address is spent; the user-facing `<name>` has the cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
-    rbac = None if custom else RbacPlan(name, labels, POD_RULES)
+    rbac = (
+        None
+        if custom
+        else RbacPlan(name, labels, [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES])
+    )
     return RouterPlan(workload, service, rbac, argv, fe_argv)
 
 
