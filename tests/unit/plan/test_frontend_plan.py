@@ -36,6 +36,8 @@ FLOW_OF_EXAMPLE = {
     "13-tilert-custom-decode": None,
     "14-decode-context-parallel": "pull",
     "15-qwen38-gb300-nvl72-computedomain": "pull",
+    "16-mooncake-standalone-store": "mooncake",
+    "17-pegaflow-pd": "pull",
 }
 
 
