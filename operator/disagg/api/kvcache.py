@@ -10,6 +10,7 @@ from .base import ApiModel
 from .cel import CelRule, at_most_one_of, with_cel
 from .frontend import PodPlacement
 from .types import Image, ObjectName, Port, Quantity
+from .units import parse_quantity
 
 PoolRole = Literal["prefill", "decode"]
 PoolList = Annotated[list[PoolRole], Field(min_length=1, max_length=2)]
@@ -127,8 +128,10 @@ class MooncakeStore(ApiModel):
         "mooncake_client per node (client) owns the pool and the SSD tier; engines contribute nothing (vLLM's "
         "standalone-store mode) and put into the client on their node.",
     )
-    client: MooncakeClient = Field(
-        default_factory=MooncakeClient, description="The per-node client (mode standalone only)."
+    # No schema defaults for client and globalSegmentSize: the API server would fill both into every store, and
+    # each belongs to one mode only (the rules refuse the other mode's field when it is set).
+    client: MooncakeClient | None = Field(
+        default=None, description="The per-node client (mode standalone only; unset: the client's defaults)."
     )
     tenant: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] | None = Field(
         default=None,
@@ -136,8 +139,10 @@ class MooncakeStore(ApiModel):
         "with --enable_multi_tenants). Default: Mooncake's tenant 'default'.",
     )
 
-    global_segment_size: Quantity = Field(
-        default="4Gi", description="Memory each engine contributes to the pool (global_segment_size)."
+    global_segment_size: Quantity | None = Field(
+        default=None,
+        description="Memory each engine contributes to the pool (global_segment_size; mode embedded only). "
+        "Default: 4Gi.",
     )
     local_buffer_size: Quantity = Field(
         default="4Gi", description="Each engine's local transfer buffer (local_buffer_size)."
@@ -156,6 +161,16 @@ class MooncakeStore(ApiModel):
     )
     master_port: Port = Field(default=50051, description="RPC port of the Mooncake master.")
     metrics_port: Port = Field(default=9003, description="Metrics port of the Mooncake master.")
+
+    def node_client(self) -> MooncakeClient:
+        """The per-node client's settings: those given, or the defaults."""
+        return self.client if self.client is not None else MooncakeClient()
+
+    def engine_segment_bytes(self) -> int:
+        """What each engine contributes to the pool: nothing in standalone mode (vLLM requires 0)."""
+        if self.mode == "standalone":
+            return 0
+        return int(parse_quantity(self.global_segment_size if self.global_segment_size is not None else "4Gi"))
 
 
 class LmcacheStore(ApiModel):

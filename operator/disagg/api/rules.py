@@ -554,13 +554,13 @@ def store_daemons_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily)
         return
     mooncake = store.mooncake
     if mooncake is not None:
-        if mooncake.mode == "standalone" and "global_segment_size" in mooncake.model_fields_set:
+        if mooncake.mode == "standalone" and mooncake.global_segment_size is not None:
             yield Problem(
                 "spec.kvCache.store.mooncake.globalSegmentSize",
                 "in standalone mode engines contribute no segment (vLLM requires 0): the node's client owns the pool",
                 "remove it and size the pool with spec.kvCache.store.mooncake.client.segmentSize",
             )
-        if mooncake.mode == "embedded" and "client" in mooncake.model_fields_set:
+        if mooncake.mode == "embedded" and mooncake.client is not None:
             yield Problem(
                 "spec.kvCache.store.mooncake.client",
                 "the per-node client exists only in standalone mode",

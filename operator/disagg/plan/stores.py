@@ -68,7 +68,7 @@ def _mooncake_master(deployment: str, store: MooncakeStore, engine_image: str) -
         f"--metrics_port={store.metrics_port}",
         "--metrics_host=0.0.0.0",
     ]
-    if store.mode == "standalone" and store.client.offload is not None:
+    if store.mode == "standalone" and store.node_client().offload is not None:
         args.append("--enable_offload=true")  # must match the clients' and the engines' enable_offload
     if store.tenant is not None:
         args.append("--enable_multi_tenants=true")
@@ -152,9 +152,9 @@ def plan_node_daemon(deployment: ResolvedDeployment) -> WorkloadPlan | None:
     pools = [pool for pool in deployment.pools if pool.role in store.pools]
     mooncake = deployment.mooncake_store
     if mooncake is not None and mooncake.mode == "standalone":
-        image = mooncake.client.image or mooncake.master_image or deployment.shared_image
+        image = mooncake.node_client().image or mooncake.master_image or deployment.shared_image
         container, volumes = _mooncake_client(deployment.name, mooncake, image, deployment.transfer.network)
-        return _daemon(deployment.name, container, "mooncake-client", mooncake.client.placement, pools, False, volumes)
+        return _daemon(deployment.name, container, "mooncake-client", mooncake.node_client().placement, pools, False, volumes)
     pegaflow = deployment.pegaflow
     if pegaflow is not None:
         container, volumes = _pegaflow_server(deployment.name, pegaflow, deployment.transfer.network)
@@ -183,7 +183,7 @@ def _daemon_resources(pinned: int, network: NetworkSettings, hugepages: bool = F
 def _mooncake_client(
     deployment: str, store: MooncakeStore, image: str, network: NetworkSettings
 ) -> tuple[ContainerPlan, list[dict[str, Any]]]:
-    client = store.client
+    client = store.node_client()
     segment = int(parse_quantity(client.segment_size))
     # Flags of mooncake_client 0.3.13 (--helpfull). A host with a port names the segment host:port; a bare host
     # would get a random transfer-engine port, which no engine could name as its preferred segment.

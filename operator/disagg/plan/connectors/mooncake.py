@@ -54,14 +54,14 @@ def mooncake_store_wiring(context: PoolContext, store: MooncakeStore) -> Wiring:
     if context.role == "decode" and store.save_decode_cache:
         extra["save_decode_cache"] = True
     standalone = store.mode == "standalone"
-    segment = 0 if standalone else int(parse_quantity(store.global_segment_size))
+    segment = store.engine_segment_bytes()
     buffer = int(parse_quantity(store.local_buffer_size))
     env = [literal_env("MOONCAKE_CONFIG_PATH", f"{KV_CONFIG_DIR}/{MOONCAKE_CONFIG_FILE}")]
     if standalone:
         # Puts land in the segment of the client on the engine's own node, which owns the pool and its SSD tier.
         env += [
             host_ip_env(),
-            literal_env("MOONCAKE_PREFERRED_SEGMENT", f"$({HOST_IP_ENV}):{store.client.segment_port}"),
+            literal_env("MOONCAKE_PREFERRED_SEGMENT", f"$({HOST_IP_ENV}):{store.node_client().segment_port}"),
         ]
     return Wiring(
         entry=ConnectorEntry("MooncakeStoreConnector", "kv_both", extra),
@@ -82,9 +82,9 @@ def mooncake_store_config(deployment: str, store: MooncakeStore) -> str:
         "protocol": store.protocol,
         "device_name": ",".join(store.devices),
         "mode": "standalone-store" if standalone else "embedded",
-        "global_segment_size": 0 if standalone else int(parse_quantity(store.global_segment_size)),
+        "global_segment_size": store.engine_segment_bytes(),
         "local_buffer_size": int(parse_quantity(store.local_buffer_size)),
-        "enable_offload": standalone and store.client.offload is not None,
+        "enable_offload": standalone and store.node_client().offload is not None,
     }
     if store.tenant is not None:
         config["tenant_id"] = store.tenant
