@@ -152,9 +152,10 @@ def plan_node_daemon(deployment: ResolvedDeployment) -> WorkloadPlan | None:
     pools = [pool for pool in deployment.pools if pool.role in store.pools]
     mooncake = deployment.mooncake_store
     if mooncake is not None and mooncake.mode == "standalone":
-        image = mooncake.node_client().image or mooncake.master_image or deployment.shared_image
+        client = mooncake.node_client()
+        image = client.image or mooncake.master_image or deployment.shared_image
         container, volumes = _mooncake_client(deployment.name, mooncake, image, deployment.transfer.network)
-        return _daemon(deployment.name, container, "mooncake-client", mooncake.node_client().placement, pools, False, volumes)
+        return _daemon(deployment.name, container, "mooncake-client", client.placement, pools, False, volumes)
     pegaflow = deployment.pegaflow
     if pegaflow is not None:
         container, volumes = _pegaflow_server(deployment.name, pegaflow, deployment.transfer.network)
