@@ -135,8 +135,9 @@ class MooncakeStore(ApiModel):
     )
     tenant: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] | None = Field(
         default=None,
-        description="Tenant of this deployment's keys in a master shared by several (tenant_id; the master runs "
-        "with --enable_multi_tenants). Default: Mooncake's tenant 'default'.",
+        description="Tenant of this deployment's keys (tenant_id): the master runs with strict tenant namespaces "
+        "(--enable_multi_tenants, admitting this one tenant), so a client of the master under another tenant sees "
+        "none of them. Default: Mooncake's tenant 'default' and no tenant namespaces.",
     )
 
     global_segment_size: Quantity | None = Field(

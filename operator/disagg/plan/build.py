@@ -65,7 +65,7 @@ def build_plan(
     frontend = resolved.frontend
     services.append(user_facing_service(resolved, frontend.service, has_router=router is not None))
 
-    files: dict[str, str] = {}
+    files: dict[str, str] = dict(store.config_files) if store is not None else {}
     for pool in pools:
         if pool.connectors is not None:
             files.update(pool.connectors.config_files)

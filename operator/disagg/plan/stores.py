@@ -4,7 +4,7 @@ store's `mooncake_client` or PegaFlow's `pegaflow-server`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from disagg.api.frontend import PodPlacement
@@ -12,9 +12,9 @@ from disagg.api.kvcache import MooncakeStore, PegaflowStore
 from disagg.api.resolve import LmcacheServer, ResolvedDeployment, ResolvedPool
 from disagg.api.transfer import NetworkSettings
 from disagg.api.units import format_binary_quantity, parse_quantity
-from disagg.names import child_name, common_labels, selector_labels
+from disagg.names import child_name, common_labels, kv_config_name, selector_labels
 
-from .connectors.base import HOST_IP_ENV, host_ip_env, literal_env
+from .connectors.base import HOST_IP_ENV, KV_CONFIG_DIR, host_ip_env, literal_env
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
 from .pod import tolerations
 
@@ -23,10 +23,18 @@ DAEMON_MEMORY_MARGIN = 1 << 30
 """Memory a per-node daemon needs beyond the pool it pins (its own process, buffers, index)."""
 
 
+MOONCAKE_TENANTS_FILE = "mooncake-tenants.yaml"
+TENANT_QUOTA = "1048576GB"
+"""The tenant's quota in its own master: 1 PiB, no limit in practice. The master belongs to one DisaggDeployment
+(D94), so the quota only has to admit its one tenant; Mooncake has no unlimited value."""
+
+
 @dataclass(frozen=True)
 class StorePlan:
     workload: WorkloadPlan
     service: ServicePlan
+    config_files: dict[str, str] = field(default_factory=dict)
+    """Files the store's pod reads from the KV ConfigMap."""
 
 
 def plan_store(
@@ -50,7 +58,7 @@ def plan_store(
     if plan is not None and placement:
         pod = plan.workload.pod
         placed = PodPlan(pod.labels, pod.annotations, pod.containers, pod.volumes, {**pod.spec_extra, **placement})
-        plan = StorePlan(replace(plan.workload, pod=placed), plan.service)
+        plan = replace(plan, workload=replace(plan.workload, pod=placed))
     return plan
 
 
@@ -70,8 +78,18 @@ def _mooncake_master(deployment: str, store: MooncakeStore, engine_image: str) -
     ]
     if store.mode == "standalone" and store.node_client().offload is not None:
         args.append("--enable_offload=true")  # must match the clients' and the engines' enable_offload
+    files: dict[str, str] = {}
+    mounts: list[dict[str, Any]] = []
     if store.tenant is not None:
-        args.append("--enable_multi_tenants=true")
+        # Strict tenant namespaces; mooncake_master then refuses to start without a quota policy (a YAML file with
+        # every tenant it admits), which it reads at start (a read-only mount is enough).
+        files[MOONCAKE_TENANTS_FILE] = mooncake_tenants_policy(store.tenant)
+        args += [
+            "--enable_multi_tenants=true",
+            "--tenant_quota_connector_type=file",
+            f"--tenant_quota_connector_uri={KV_CONFIG_DIR}/{MOONCAKE_TENANTS_FILE}",
+        ]
+        mounts.append({"name": "kv-config", "mountPath": KV_CONFIG_DIR, "readOnly": True})
     ports = [
         {"name": "rpc", "containerPort": store.master_port, "protocol": "TCP"},
         {"name": "metrics", "containerPort": store.metrics_port, "protocol": "TCP"},
@@ -83,10 +101,23 @@ def _mooncake_master(deployment: str, store: MooncakeStore, engine_image: str) -
         command=["mooncake_master"],
         args=args,
         ports=ports,
-        resources={"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        # Metadata RPCs only: the KV bytes move between engines and segments, never through the master.
+        resources={"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         probes=_tcp_probes("rpc"),
+        volume_mounts=mounts,
     )
-    return _store(deployment, container, "mooncake-master")
+    plan = _store(deployment, container, "mooncake-master")
+    if not files:
+        return plan
+    pod = plan.workload.pod
+    volumes = [*pod.volumes, {"name": "kv-config", "configMap": {"name": kv_config_name(deployment)}}]
+    with_volume = PodPlan(pod.labels, pod.annotations, pod.containers, volumes, pod.spec_extra)
+    return replace(plan, workload=replace(plan.workload, pod=with_volume), config_files=files)
+
+
+def mooncake_tenants_policy(tenant: str) -> str:
+    """mooncake_master's tenant quota policy (version 1: a list of tenants with their quotas)."""
+    return f'version: 1\ntenants:\n  - name: "{tenant}"\n    quota: {TENANT_QUOTA}\n'
 
 
 def _pegaflow_metaserver(deployment: str, store: PegaflowStore) -> StorePlan:

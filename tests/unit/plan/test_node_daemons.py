@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
+
 from disagg.api.documents import load_documents
 from disagg.api.validate import validate_deployment
 from disagg.plan import build_plan
@@ -97,6 +99,26 @@ def test_a_standalone_mooncake_store_runs_one_client_per_engine_node_on_the_host
     assert client["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}, "runAsUser": 0}
     master = find(rendered, "Deployment", "agentx-kv-store")["spec"]["template"]["spec"]["containers"][0]
     assert {"--enable_offload=true", "--enable_multi_tenants=true"} <= set(master["args"])
+
+
+def test_a_multi_tenant_master_gets_the_quota_policy_it_refuses_to_start_without() -> None:
+    """mooncake_master 0.3.13 with --enable_multi_tenants exits ("tenant quota file connector requires a non-empty
+    uri") unless it is given a quota policy naming the tenants it admits."""
+    rendered = objects(STANDALONE)
+    pod = find(rendered, "Deployment", "agentx-kv-store")["spec"]["template"]["spec"]
+    (master,) = pod["containers"]
+    assert "--tenant_quota_connector_type=file" in master["args"]
+    uri = next(a for a in master["args"] if a.startswith("--tenant_quota_connector_uri="))
+    path = uri.split("=", 1)[1]
+    (mount,) = master["volumeMounts"]
+    assert path.startswith(mount["mountPath"] + "/")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    data = find(rendered, "ConfigMap", volume["configMap"]["name"])["data"]
+    policy = yaml.safe_load(data[path.rsplit("/", 1)[1]])
+    assert policy == {"version": 1, "tenants": [{"name": "team-a", "quota": "1048576GB"}]}
+    without_tenant = objects(STANDALONE.replace("        tenant: team-a\n", ""))
+    master = find(without_tenant, "Deployment", "agentx-kv-store")["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in master["args"] if "tenant" in a] and master["volumeMounts"] == []
 
 
 def test_standalone_engines_contribute_no_segment_and_put_into_their_nodes_client() -> None:
