@@ -94,7 +94,7 @@ class MooncakeClient(ApiModel):
     segment_size: Quantity = Field(
         default="16Gi",
         description="Host memory the client contributes to the pool (its --global_segment_size); the pod's memory "
-        "request and limit are this plus 1Gi.",
+        "request and limit are this plus 1Gi, and plus the SSD tier's 1280Mi staging buffer with offload.",
     )
     port: Port = Field(default=50052, description="RPC port of the client's service on the node (--port).")
     segment_port: Port = Field(

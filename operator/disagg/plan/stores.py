@@ -20,6 +20,9 @@ from .pod import tolerations
 
 SSD_MOUNT = "/mnt/kv-ssd"
 DAEMON_MEMORY_MARGIN = 1 << 30
+OFFLOAD_STAGING_BYTES = 1280 << 20
+"""mooncake_client's SSD staging buffer (MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES): 0.3.13's own default, which it
+allocates at start whenever offload is on (a pod limited to segment + margin was OOM-killed on the real node)."""
 """Memory a per-node daemon needs beyond the pool it pins (its own process, buffers, index)."""
 
 
@@ -234,9 +237,13 @@ def _mooncake_client(
     env = [host_ip_env()]
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
+    memory = segment
     if client.offload is not None:
         args.append("--enable_offload=true")
         env.append(literal_env("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", SSD_MOUNT))
+        # The SSD tier stages through a buffer the client allocates at start; named so the pod's memory counts it.
+        env.append(literal_env("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(OFFLOAD_STAGING_BYTES)))
+        memory += OFFLOAD_STAGING_BYTES
         if client.offload.size is not None:
             limit = str(int(parse_quantity(client.offload.size)))
             env.append(literal_env("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", limit))
@@ -254,7 +261,7 @@ def _mooncake_client(
             {"name": "rpc", "containerPort": client.port, "protocol": "TCP"},
             {"name": "segment", "containerPort": client.segment_port, "protocol": "TCP"},
         ],
-        resources=_daemon_resources(segment, network),
+        resources=_daemon_resources(memory, network),
         volume_mounts=mounts,
         probes=_tcp_probes("rpc"),
         security_context=_daemon_security(client.offload is not None),

@@ -95,7 +95,9 @@ def test_a_standalone_mooncake_store_runs_one_client_per_engine_node_on_the_host
     assert pod["volumes"] == [
         {"name": "kv-ssd", "hostPath": {"path": "/mnt/nvme/mooncake", "type": "DirectoryOrCreate"}}
     ]
-    assert client["resources"]["requests"]["memory"] == "65Gi"
+    # The pool, the SSD tier's staging buffer (1280Mi, named so it is counted) and the daemon's own 1Gi.
+    assert env["MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES"] == str(1280 << 20)
+    assert client["resources"]["requests"]["memory"] == "67840Mi" == client["resources"]["limits"]["memory"]
     assert client["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}, "runAsUser": 0}
     master = find(rendered, "Deployment", "agentx-kv-store")["spec"]["template"]["spec"]["containers"][0]
     assert {"--enable_offload=true", "--enable_multi_tenants=true"} <= set(master["args"])
