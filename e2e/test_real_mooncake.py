@@ -171,7 +171,8 @@ def test_a_requester_with_an_engines_settings_puts_into_and_gets_from_the_nodes_
     phase = wait_for("the requester to finish", finished, timeout=180, every=2)
     log = kube_cluster.run("logs", "-n", deployment.namespace, "requester").stdout
     assert phase == "Succeeded", log[-3000:]
-    result = json.loads(log.strip().splitlines()[-1])
+    # Mooncake's own log lines (glog, on stderr) share the pod's log and go on after the result when it exits.
+    result = json.loads(next(line for line in reversed(log.splitlines()) if line.startswith("{")))
     after = master_metrics(kube_cluster, deployment)
     segment = f"{prefill['status']['hostIP']}:{facts['segment_port']}"
     allocated = f'segment_allocated_bytes{{segment="{segment}"}}'
