@@ -188,6 +188,10 @@ class LmcacheStore(ApiModel):
     )
 
 
+DEFAULT_HUGEPAGE_SIZE = "2Mi"
+"""The page size of a huge-page pool when spec.transfer.network.hugepages names none."""
+
+
 class PegaflowServer(ApiModel):
     """`pegaflow-server`, one per node (DaemonSet `<name>-kv-node`): it owns the node's pinned host KV pool, SSD
     cache, RDMA NICs and index. Host access: it runs on the host network (its address must be routable for

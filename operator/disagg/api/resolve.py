@@ -8,9 +8,11 @@ never the spec, so no planner derives a fact again.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from disagg.frontend.contract import FlowName
 from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
@@ -31,7 +33,8 @@ from .transfer import (
     NixlSettings,
     TransferSpec,
 )
-from .types import EnvVar, Quantity
+from .types import EnvVar, IntOrPercent, Quantity
+from .units import parse_quantity
 
 ResolvedFamily = Literal["dense", "moe", "mla", "hybrid-ssm"]
 DEFAULT_PULL_POLICY = "IfNotPresent"
@@ -140,6 +143,85 @@ ONE_POD = ReplicaLayout("single", 1, 1)
 """The layout of a custom engine: one pod per replica, whatever it does inside."""
 
 
+def pool_layout(pool: PoolSpec) -> ReplicaLayout:
+    return replica_layout(pool) if pool.custom_container is None else ONE_POD
+
+
+DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
+"""(maxSurge, maxUnavailable): prefill may lose one replica at a time during an update; decode surges first so its
+last replica never goes."""
+
+
+def effective_rollout(pool: PoolSpec, role: PoolName) -> tuple[IntOrPercent, IntOrPercent]:
+    """The pool's rolling-update limits: the defaults with the user's settings laid over them."""
+    surge, unavailable = DEFAULT_ROLLOUT[role]
+    rollout = pool.rollout
+    return (
+        surge if rollout.max_surge is None else rollout.max_surge,
+        unavailable if rollout.max_unavailable is None else rollout.max_unavailable,
+    )
+
+
+# -- memory of one engine pod -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodMemory:
+    """What one engine pod gets in memory (D75), decided once for the pod's resources and for `disagg plan`."""
+
+    given: int | None
+    """resources.memory in bytes, or None when the user left it to the scheduler."""
+    pinned_per_engine: int
+    """Host memory each engine (data-parallel rank) pins for KV: the CPU tier, the Mooncake store's segment (none
+    in standalone mode, where the node's client owns the pool) and buffer."""
+    engines: int
+    """Engines (data-parallel ranks) in the pod."""
+    shm: int
+    """Size of /dev/shm, a memory-backed emptyDir: what vLLM's processes write there counts against the limit."""
+
+    @property
+    def pinned(self) -> int:
+        return self.pinned_per_engine * self.engines
+
+    @property
+    def request(self) -> int | None:
+        """The pod's memory request: the user's memory plus the pinned memory, or the pinned memory alone."""
+        if self.given is not None:
+            return self.given + self.pinned
+        return self.pinned or None
+
+    @property
+    def limit(self) -> int | None:
+        """Equal to the request when the user gave memory; unlimited otherwise."""
+        return self.given + self.pinned if self.given is not None else None
+
+
+def pinned_host_bytes(spec: DisaggDeploymentSpec, role: PoolName) -> int:
+    """Host memory one engine of the pool pins for KV tiers (none for a custom engine, which gets no tiers)."""
+    if pool_of(spec, role).custom_container is not None:
+        return 0
+    pinned = 0
+    tiers = spec.kv_cache
+    if tiers.cpu is not None and role in tiers.cpu.pools:
+        pinned += int(parse_quantity(tiers.cpu.size))
+    store = mooncake_store(spec)
+    if store is not None and tiers.store is not None and role in tiers.store.pools:
+        pinned += store.engine_segment_bytes() + int(parse_quantity(store.local_buffer_size))
+    return pinned
+
+
+def pod_memory(spec: DisaggDeploymentSpec, role: PoolName) -> PodMemory:
+    pool = pool_of(spec, role)
+    resources = pool.resources
+    given = None if resources.memory is None else math.ceil(parse_quantity(resources.memory))
+    return PodMemory(
+        given=given,
+        pinned_per_engine=pinned_host_bytes(spec, role),
+        engines=pool_layout(pool).ranks_per_pod,
+        shm=math.ceil(parse_quantity(resources.shm_size)),
+    )
+
+
 # -- connector settings with their defaults ---------------------------------------------------------------------
 
 
@@ -170,6 +252,32 @@ def resolve_transfer(transfer: TransferSpec) -> ResolvedTransfer:
         buffer_device=transfer.buffer_device,
         load_failure_policy=transfer.load_failure_policy,
     )
+
+
+NIXL_CLASSES = frozenset({"NixlConnector", "NixlPullConnector", "NixlPushConnector"})
+"""vLLM's NIXL connector classes (factory.py): wherever one of them runs, its side channel must be reachable."""
+
+
+def contains_nixl(config: Mapping[str, Any]) -> bool:
+    """Whether a kv-transfer config entry is NIXL or a MultiConnector with NIXL among its connectors (at any
+    depth)."""
+    if config.get("kv_connector") in NIXL_CLASSES:
+        return True
+    children = (config.get("kv_connector_extra_config") or {}).get("connectors")
+    return isinstance(children, list) and any(isinstance(c, dict) and contains_nixl(c) for c in children)
+
+
+def runs_nixl(transfer: ResolvedTransfer, role: PoolName) -> bool:
+    """Whether the pool's vLLM engines run a NIXL connector, and so bind its side channel (D93): connector nixl or
+    nixl-push, or a custom connector that is NIXL or a MultiConnector containing it."""
+    if transfer.connector in ("nixl", "nixl-push"):
+        return True
+    custom = transfer.custom
+    if transfer.connector != "custom" or custom is None:
+        return False
+    per_pool = custom.prefill if role == "prefill" else custom.decode
+    extra = {**custom.extra_config, **per_pool.extra_config}
+    return contains_nixl({"kv_connector": custom.connector_class, "kv_connector_extra_config": extra})
 
 
 @dataclass(frozen=True)
@@ -279,6 +387,7 @@ class ResolvedPool:
     layout: ReplicaLayout
     gpus_per_replica: int
     gpus_per_pod: int
+    memory: PodMemory
     selector: dict[str, str]
     """Labels selecting every pod of the pool."""
     api_selector: dict[str, str]
@@ -297,7 +406,7 @@ class ResolvedPool:
 def resolve_pool(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) -> ResolvedPool:
     pool = pool_of(spec, role)
     engine = effective_engine(spec, role)
-    layout = replica_layout(pool) if pool.custom_container is None else ONE_POD
+    layout = pool_layout(pool)
     return ResolvedPool(
         role=role,
         spec=pool,
@@ -307,6 +416,7 @@ def resolve_pool(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) ->
         layout=layout,
         gpus_per_replica=gpus_per_replica(pool),
         gpus_per_pod=gpus_per_pod(pool),
+        memory=pod_memory(spec, role),
         selector=selector_labels(deployment, role),
         api_selector=api_pod_selector(deployment, role, layout.multi_node),
     )

@@ -50,6 +50,14 @@ from ._inputs import FRONTEND_IMAGE_OPTION
     help="How often every DisaggDeployment is reconciled even without an event (drift repair).",
 )
 @FRONTEND_IMAGE_OPTION
+@click.option(
+    "--prometheus-url",
+    "prometheus_urls",
+    multiple=True,
+    envvar="DISAGG_PROMETHEUS_URLS",
+    help="Base URL of a Prometheus that DisaggDeployments may name in spec.scaling.metrics.prometheus.url "
+    "(repeatable; the variable takes a space-separated list). No other URL is ever contacted. Default: none.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -59,6 +67,7 @@ def run(
     workers: int,
     resync_seconds: float,
     frontend_image: str,
+    prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -71,9 +80,18 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
+    for url in prometheus_urls:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--prometheus-url")
     installation = Installation(frontend_image=frontend_image)
     asyncio.run(
         run_operator(
-            list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds, installation
+            list(namespaces),
+            liveness_port or None,
+            metrics_port or None,
+            workers,
+            resync_seconds,
+            installation,
+            prometheus_urls=tuple(prometheus_urls),
         )
     )

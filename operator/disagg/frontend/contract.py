@@ -53,6 +53,22 @@ ANNOTATION_DP_SIZE = "disagg.dev/kv-dp-size"
 ANNOTATION_MORIIO_HANDSHAKE_PORT = "disagg.dev/moriio-handshake-port"
 ANNOTATION_MORIIO_NOTIFY_PORT = "disagg.dev/moriio-notify-port"
 ANNOTATION_BOOTSTRAP_PORT = BOOTSTRAP_PORT_ANNOTATION
+CONTRACT_ANNOTATIONS: frozenset[str] = frozenset(
+    {
+        ANNOTATION_PAIRING_GENERATION,
+        ANNOTATION_HTTP_PORT,
+        ANNOTATION_KV_ENGINE_ID,
+        ANNOTATION_SIDE_CHANNEL_PORT,
+        ANNOTATION_TP_SIZE,
+        ANNOTATION_PP_SIZE,
+        ANNOTATION_DP_SIZE,
+        ANNOTATION_MORIIO_HANDSHAKE_PORT,
+        ANNOTATION_MORIIO_NOTIFY_PORT,
+        ANNOTATION_BOOTSTRAP_PORT,
+    }
+)
+"""The annotations of the contract, which the operator sets on engine pods: a pod annotation of the same key would
+be replaced (api/object_rules.py refuses it)."""
 
 DEFAULT_SIDE_CHANNEL_PORT = 5600
 """vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT."""

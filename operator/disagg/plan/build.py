@@ -87,4 +87,5 @@ def build_plan(
         frontend_argv=router.frontend_argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
         pairing=pairing,
+        pod_memory={pool.role: pool.memory for pool in resolved.pools},
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from disagg import __version__
-from disagg.api.resolve import ResolvedFamily, RouterKind
+from disagg.api.resolve import PodMemory, ResolvedFamily, RouterKind
 from disagg.names import PoolName
 
 from .pairing import Pairing
@@ -147,3 +147,5 @@ class DeploymentPlan:
     """The pairing revision every engine pod carries, with its generation."""
     render_tier_argv: list[str] | None
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
+    pod_memory: dict[PoolName, PodMemory] = field(default_factory=dict)
+    """What each pool's engine pods get in memory, for review (the resources carry the same numbers)."""

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
-from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool
-from disagg.api.types import IntOrPercent
+from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool, effective_rollout
 from disagg.frontend.contract import engine_annotations, pairing_labels
-from disagg.names import LWS_WORKER_INDEX_ENV, PoolName, child_name, common_labels, pool_service_name
+from disagg.names import LWS_WORKER_INDEX_ENV, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
@@ -29,8 +28,6 @@ from .pod import (
     with_replica_affinity,
 )
 
-# Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
-DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
 GROUP_STARTUP_POLICY = "LeaderCreated"
 """Workers start as soon as the leader pod exists, not once it is Ready: a multi-node vLLM leader only becomes
 ready after every worker has joined, so waiting for it (LeaderReady) would never start the workers."""
@@ -108,7 +105,6 @@ def _engine_pod(
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
     contract_labels, contract_annotations = engine_contract(pool, pairing)
     ports = ([http_port()] if node_role != "worker" else []) + connectors.ports
-    pinned = connectors.host_memory_per_engine * pool.layout.ranks_per_pod
     network = deployment.transfer.network
     container = ContainerPlan(
         name="vllm",
@@ -118,7 +114,7 @@ def _engine_pod(
         args=argv,
         env=[*base_engine_env(deployment, deployment.family), *connectors.env, *user_env(pool.engine.env)],
         ports=ports,
-        resources=engine_resources(pool, network, pinned),
+        resources=engine_resources(pool, network),
         volume_mounts=mounts,
         probes=http_probes(pool.engine) if node_role != "worker" else {},
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
@@ -161,6 +157,7 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: boo
         extra["hostIPC"] = True
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
+    extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
     extra["terminationGracePeriodSeconds"] = grace_period(pool)
     if deployment.transfer.network.host_network:
         extra["hostNetwork"] = True
@@ -175,12 +172,7 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: boo
 
 
 def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None) -> WorkloadPlan:
-    surge, unavailable = DEFAULT_ROLLOUT[pool.role]
-    rollout = pool.spec.rollout
-    if rollout.max_surge is not None:
-        surge = rollout.max_surge
-    if rollout.max_unavailable is not None:
-        unavailable = rollout.max_unavailable
+    surge, unavailable = effective_rollout(pool.spec, pool.role)
     limits = {"maxSurge": surge, "maxUnavailable": unavailable}
     multi_node = pool.layout.multi_node
     # Deployment and LeaderWorkerSet spell the same rolling-update limits under different keys.
@@ -236,7 +228,7 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pa
         args=list(custom.args),
         env=[*base_engine_env(deployment, "dense"), *user_env(custom.env)],
         ports=[{"name": "http", "containerPort": custom.port, "protocol": "TCP"}, *extra_ports],
-        resources=engine_resources(pool, network, 0),
+        resources=engine_resources(pool, network),
         volume_mounts=mounts,
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,

@@ -123,7 +123,12 @@ def plan_router(deployment: ResolvedDeployment, installation: Installation) -> R
     else:
         fe_argv = frontend_argv(deployment)
         container = frontend_container(deployment, installation, fe_argv, env)
-    extra: dict[str, Any] = {"serviceAccountName": name}
+    # Only routers that discover engine pods call the API (our frontend always; vllm-router except in MoRI-IO mode,
+    # where engines register over ZMQ); every other router gets no identity and no token (D77).
+    discovers = kind == "disagg-frontend" or (
+        kind == "vllm-router" and router_protocol(deployment.transfer) != "moriio"
+    )
+    extra: dict[str, Any] = {"serviceAccountName": name} if discovers else {"automountServiceAccountToken": False}
     if router.placement.node_selector:
         extra["nodeSelector"] = dict(router.placement.node_selector)
     if router.placement.tolerations:
@@ -150,11 +155,8 @@ def plan_router(deployment: ResolvedDeployment, installation: Installation) -> R
     # Headless: engines (MoRI-IO registration), Prometheus and the operator reach each router pod by name (the
     # frontend's admin port too), and no Service address is spent; the user-facing `<name>` has the cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
-    rbac = (
-        None
-        if custom
-        else RbacPlan(name, labels, [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES])
-    )
+    rules = [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES]
+    rbac = RbacPlan(name, labels, rules) if discovers else None
     return RouterPlan(workload, service, rbac, argv, fe_argv)
 
 

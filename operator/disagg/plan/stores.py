@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from disagg.api.frontend import PodPlacement
-from disagg.api.kvcache import MooncakeStore, PegaflowStore
+from disagg.api.kvcache import DEFAULT_HUGEPAGE_SIZE, MooncakeStore, PegaflowStore
 from disagg.api.resolve import LmcacheServer, ResolvedDeployment, ResolvedPool
 from disagg.api.transfer import NetworkSettings
 from disagg.api.units import format_binary_quantity, parse_quantity
@@ -156,7 +156,8 @@ def _lmcache_server(deployment: str, image: str, port: int, size: str | int) -> 
 def _store(deployment: str, container: ContainerPlan, app_name: str) -> StorePlan:
     name = child_name(deployment, "kv-store")
     labels = common_labels(deployment, "kv-store", app_name=app_name)
-    pod = PodPlan(labels=labels, annotations={}, containers=[container])
+    no_token = {"automountServiceAccountToken": False}  # the store daemons never call the Kubernetes API (D77)
+    pod = PodPlan(labels=labels, annotations={}, containers=[container], spec_extra=no_token)
     workload = WorkloadPlan(
         "Deployment", name, "kv-store", labels, selector_labels(deployment, "kv-store"), 1, pod, {"type": "Recreate"}
     )
@@ -207,7 +208,7 @@ def _daemon_resources(pinned: int, network: NetworkSettings, hugepages: bool = F
     requests = {"cpu": "1", "memory": memory}
     limits = {"memory": memory}
     if hugepages:
-        page = network.hugepages.page_size if network.hugepages else "2Mi"
+        page = network.hugepages.page_size if network.hugepages else DEFAULT_HUGEPAGE_SIZE
         requests[f"hugepages-{page}"] = limits[f"hugepages-{page}"] = format_binary_quantity(pinned)
         requests["memory"] = limits["memory"] = format_binary_quantity(DAEMON_MEMORY_MARGIN)
     if network.rdma is not None:
@@ -385,6 +386,7 @@ def _daemon(
         # listens on ports of the node.
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
+        "automountServiceAccountToken": False,  # the daemons never call the Kubernetes API (D77)
         **_daemon_placement(placement, pools),
     }
     if host_ipc:

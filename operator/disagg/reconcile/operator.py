@@ -87,6 +87,7 @@ async def run_operator(
     workers: int,
     resync_seconds: float,
     installation: Installation = DEFAULT_INSTALLATION,
+    prometheus_urls: tuple[str, ...] = (),
 ) -> None:
     """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
     stop = asyncio.Event()
@@ -96,7 +97,7 @@ async def run_operator(
     if metrics_port:
         metrics.serve(metrics_port)
     kube = await Kube.connect()
-    autoscaler = Autoscaler(kube)
+    autoscaler = Autoscaler(kube, allowed_prometheus=prometheus_urls)
     reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler, installation=installation)
     registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from disagg.api.resolve import runs_nixl
 from disagg.api.transfer import CustomConnectorSettings
 
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring
-from .nixl import contains_nixl, side_channel_wiring
+from .nixl import side_channel_wiring
 
 _ROLE_NAMES = {"producer": "kv_producer", "consumer": "kv_consumer", "both": "kv_both"}
 
@@ -21,7 +22,7 @@ def custom_wiring(context: PoolContext) -> Wiring:
         {**settings.extra_config, **per_pool.extra_config},
         module_path=settings.module_path,
     )
-    if contains_nixl(entry.as_json()):
+    if runs_nixl(context.transfer, context.role):
         # A plugin MultiConnector (PegaFlow's P/D recipe: [NixlConnector, PegaKVConnector]) runs NIXL too, and
         # without the pod IP its side channel would advertise localhost to the peer.
         return side_channel_wiring(entry, context.transfer.nixl.side_channel_port, context.pool.spec.data_parallel)

@@ -54,8 +54,6 @@ def mooncake_store_wiring(context: PoolContext, store: MooncakeStore) -> Wiring:
     if context.role == "decode" and store.save_decode_cache:
         extra["save_decode_cache"] = True
     standalone = store.mode == "standalone"
-    segment = store.engine_segment_bytes()
-    buffer = int(parse_quantity(store.local_buffer_size))
     env = [literal_env("MOONCAKE_CONFIG_PATH", f"{KV_CONFIG_DIR}/{MOONCAKE_CONFIG_FILE}")]
     if standalone:
         # Puts land in the segment of the client on the engine's own node, which owns the pool and its SSD tier.
@@ -67,7 +65,6 @@ def mooncake_store_wiring(context: PoolContext, store: MooncakeStore) -> Wiring:
         entry=ConnectorEntry("MooncakeStoreConnector", "kv_both", extra),
         env=env,
         config_files={MOONCAKE_CONFIG_FILE: mooncake_store_config(context.deployment, store)},
-        host_memory_per_engine=segment + buffer,
     )
 
 

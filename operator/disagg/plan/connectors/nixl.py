@@ -9,8 +9,6 @@ from disagg.frontend.contract import ANNOTATION_SIDE_CHANNEL_PORT
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 
 CONNECTOR_NAMES = {"nixl": "NixlConnector", "nixl-push": "NixlPushConnector"}
-NIXL_CLASSES = frozenset({"NixlConnector", "NixlPullConnector", "NixlPushConnector"})
-"""vLLM's NIXL connector classes (factory.py): wherever one of them runs, its side channel must be reachable."""
 
 
 def nixl_wiring(context: PoolContext) -> Wiring:
@@ -51,14 +49,6 @@ def side_channel_wiring(entry: ConnectorEntry, base: int, ranks: int) -> Wiring:
         ports=side_channel_ports(base, ranks),
         annotations={ANNOTATION_SIDE_CHANNEL_PORT: str(base)},
     )
-
-
-def contains_nixl(config: dict[str, Any]) -> bool:
-    """Whether a connector entry is NIXL or a MultiConnector with NIXL among its connectors (at any depth)."""
-    if config.get("kv_connector") in NIXL_CLASSES:
-        return True
-    children = (config.get("kv_connector_extra_config") or {}).get("connectors")
-    return isinstance(children, list) and any(isinstance(c, dict) and contains_nixl(c) for c in children)
 
 
 def side_channel_ports(base: int, ranks: int) -> list[dict[str, Any]]:
