@@ -23,8 +23,9 @@ SHORT_NAMES = ("dd", "disagg")
 
 PoolName = Literal["prefill", "decode"]
 POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
-Role = Literal["prefill", "decode", "router", "render", "kv-store"]
-"""The role of a child: one of the pools, the router, the GPU-less render tier or the KV store."""
+Role = Literal["prefill", "decode", "router", "render", "kv-store", "kv-node"]
+"""The role of a child: one of the pools, the router, the GPU-less render tier, the KV store, or the KV daemons that
+run on every engine node (a standalone Mooncake client, a PegaFlow server)."""
 
 # -- labels, annotations and environment variables other programs read ---------------------------------------
 
@@ -56,6 +57,7 @@ _APP_NAME: dict[Role, str] = {
     "router": "vllm-router",
     "render": "vllm-render",
     "kv-store": "kv-store",
+    "kv-node": "kv-node",
 }
 
 # -- child names and selectors ----------------------------------------------------------------------------------
@@ -78,7 +80,7 @@ def kv_config_name(deployment: str) -> str:
 
 def child_names(deployment: str) -> tuple[str, ...]:
     """Every name a child of `deployment` can take: its own (the user-facing Service) and the suffixed ones."""
-    roles: tuple[Role, ...] = ("prefill", "decode", "router", "render", "kv-store")
+    roles: tuple[Role, ...] = ("prefill", "decode", "router", "render", "kv-store", "kv-node")
     return (
         deployment,
         *(child_name(deployment, role) for role in roles),
@@ -157,6 +159,7 @@ ROLE_BINDING = Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings
 CONFIG_MAP = Kind("ConfigMap", "v1", "configmaps")
 SERVICE = Kind("Service", "v1", "services")
 DEPLOYMENT = Kind("Deployment", "apps/v1", "deployments")
+DAEMON_SET = Kind("DaemonSet", "apps/v1", "daemonsets")
 LEADER_WORKER_SET = Kind(
     "LeaderWorkerSet",
     "leaderworkerset.x-k8s.io/v1",
@@ -177,6 +180,7 @@ CHILD_KINDS: tuple[Kind, ...] = (
     CONFIG_MAP,
     SERVICE,
     DEPLOYMENT,
+    DAEMON_SET,
     LEADER_WORKER_SET,
 )
 """Every kind the operator creates, in apply order (identities and configuration before the pods that use them).

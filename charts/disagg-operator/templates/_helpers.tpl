@@ -80,7 +80,7 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
-  resources: [deployments]
+  resources: [deployments, daemonsets]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]

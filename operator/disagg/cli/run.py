@@ -7,6 +7,10 @@ import logging
 
 import click
 
+from disagg.plan.model import Installation
+
+from ._inputs import FRONTEND_IMAGE_OPTION
+
 
 @click.command()
 @click.option(
@@ -114,6 +118,7 @@ import click
     show_default=True,
     help="How often the leader renews and the others try to take the Lease.",
 )
+@FRONTEND_IMAGE_OPTION
 @click.option(
     "--prometheus-url",
     "prometheus_urls",
@@ -141,6 +146,7 @@ def run(
     lease_duration_seconds: float,
     renew_deadline_seconds: float,
     retry_period_seconds: float,
+    frontend_image: str,
     prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
@@ -184,5 +190,6 @@ def run(
         limits=Limits(kube_api_qps, kube_api_burst, kube_api_in_flight),
         leader_election=lease,
         prometheus_urls=tuple(prometheus_urls),
+        installation=Installation(frontend_image=frontend_image),
     )
     asyncio.run(run_operator(options))

@@ -8,11 +8,12 @@ from disagg.api.deployment import DisaggDeployment
 from disagg.api.resolve import resolve_deployment
 from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
-from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
+from .model import DEFAULT_INSTALLATION, ConfigMapPlan, DeploymentPlan, Installation, ServicePlan, WorkloadPlan
+from .pairing import plan_pairing
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
-from .stores import plan_store
+from .stores import plan_node_daemon, plan_store, store_placement
 
 
 def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
@@ -25,20 +26,33 @@ def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
     return [{**reference, "controller": True, "blockOwnerDeletion": True}]
 
 
-def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
+def build_plan(
+    deployment: DisaggDeployment, namespace: str | None = None, installation: Installation = DEFAULT_INSTALLATION
+) -> DeploymentPlan:
     """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
     resolved = resolve_deployment(deployment, namespace)
     name, namespace = resolved.name, resolved.namespace
-    pools = [plan_pool(resolved, pool) for pool in resolved.pools]
-    router = plan_router(resolved)
+    pairing = plan_pairing(resolved, deployment.metadata.generation, deployment.status)
+    pools = [plan_pool(resolved, pool, pairing) for pool in resolved.pools]
+    router = plan_router(resolved, installation)
     render_tier = plan_render_tier(resolved)
-    store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
+    store = plan_store(
+        name,
+        resolved.mooncake_store,
+        resolved.lmcache,
+        resolved.shared_image,
+        resolved.pegaflow,
+        store_placement(resolved),
+    )
+    node_daemon = plan_node_daemon(resolved)
 
     workloads: list[WorkloadPlan] = []
     services: list[ServicePlan] = []
     if store is not None:
         workloads.append(store.workload)
         services.append(store.service)
+    if node_daemon is not None:
+        workloads.append(node_daemon)
     for pool in pools:
         workloads.append(pool.workload)
         services.append(pool.service)
@@ -49,9 +63,9 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         workloads.append(render_tier.workload)
         services.append(render_tier.service)
     frontend = resolved.frontend
-    services.append(user_facing_service(name, frontend.service, resolved.decode, has_router=router is not None))
+    services.append(user_facing_service(resolved, frontend.service, has_router=router is not None))
 
-    files: dict[str, str] = {}
+    files: dict[str, str] = dict(store.config_files) if store is not None else {}
     for pool in pools:
         if pool.connectors is not None:
             files.update(pool.connectors.config_files)
@@ -68,7 +82,10 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         config_maps=config_maps if files else [],
         rbac=router.rbac if router is not None else None,
         engines=[pool.command for pool in pools if pool.command is not None],
+        router=resolved.router,
         router_argv=router.argv if router is not None else None,
+        frontend_argv=router.frontend_argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
+        pairing=pairing,
         pod_memory={pool.role: pool.memory for pool in resolved.pools},
     )

@@ -7,12 +7,14 @@ from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool, effective_rollout
+from disagg.frontend.contract import engine_annotations, pairing_labels
 from disagg.names import LWS_WORKER_INDEX_ENV, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
 from .engine_args import WORKER_INDEX, NodeRole, engine_argv
 from .model import ContainerPlan, EngineCommand, PodPlan, ServicePlan, WorkloadPlan
+from .pairing import Pairing
 from .pod import (
     base_engine_env,
     engine_resources,
@@ -42,9 +44,25 @@ class PoolPlan:
     connectors: PoolConnectors | None
 
 
-def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
+def engine_contract(
+    pool: ResolvedPool, pairing: Pairing, http: int = ENGINE_HTTP_PORT
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations the frontend reads from an engine pod (frontend/contract.py); the connector
+    wirings add theirs (NIXL side channel, MoRI-IO ports, Mooncake bootstrap port)."""
+    spec = pool.spec
+    annotations = engine_annotations(
+        generation=pairing.generation,
+        http_port=http,
+        tp_size=spec.tensor_parallel,
+        pp_size=spec.pipeline_parallel,
+        dp_size=spec.data_parallel,
+    )
+    return pairing_labels(pairing.revision), annotations
+
+
+def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing) -> PoolPlan:
     if pool.custom is not None:
-        return _custom_pool(deployment, pool)
+        return _custom_pool(deployment, pool, pairing)
     context = PoolContext(
         deployment.name,
         pool,
@@ -52,6 +70,8 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
         deployment.kv_cache,
         deployment.mooncake_store,
         deployment.lmcache,
+        deployment.router,
+        deployment.pegaflow,
     )
     connectors = pool_connectors(context)
     node_roles: list[NodeRole] = ["leader", "worker"] if pool.layout.multi_node else ["single"]
@@ -59,7 +79,8 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
         node_role: engine_argv(deployment, pool, connectors.kv_transfer_config, node_role) for node_role in node_roles
     }
     pods = {
-        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role) for node_role in node_roles
+        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, pairing)
+        for node_role in node_roles
     }
     api_pod = pods[node_roles[0]]
     command = EngineCommand(
@@ -79,8 +100,10 @@ def _engine_pod(
     connectors: PoolConnectors,
     argv: list[str],
     node_role: NodeRole,
+    pairing: Pairing,
 ) -> PodPlan:
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
+    contract_labels, contract_annotations = engine_contract(pool, pairing)
     ports = ([http_port()] if node_role != "worker" else []) + connectors.ports
     network = deployment.transfer.network
     container = ContainerPlan(
@@ -97,11 +120,11 @@ def _engine_pod(
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
     )
     return PodPlan(
-        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role)},
-        annotations={**pool.spec.pod_annotations, **connectors.annotations},
+        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role), **contract_labels},
+        annotations={**pool.spec.pod_annotations, **contract_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool),
+        spec_extra=_pod_extra(deployment, pool, host_ipc=connectors.host_ipc),
     )
 
 
@@ -127,9 +150,11 @@ def _worker_argv_for_index(argv: list[str], layout: ReplicaLayout, index: int) -
     return resolved
 
 
-def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool) -> dict[str, Any]:
+def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: bool = False) -> dict[str, Any]:
     spec = pool.spec
     extra: dict[str, Any] = {}
+    if host_ipc:
+        extra["hostIPC"] = True
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
     extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
@@ -186,7 +211,7 @@ def _pool_service(
     )
 
 
-def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
+def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing) -> PoolPlan:
     """A non-vLLM engine (e.g. a TileRT decode server): its own image and command, our labels, GPUs and probes."""
     custom = pool.custom
     assert custom is not None
@@ -208,9 +233,14 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
     )
+    contract_labels, contract_annotations = engine_contract(pool, pairing, custom.port)
     pod = PodPlan(
-        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role, app_name="custom-engine")},
-        annotations=dict(pool.spec.pod_annotations),
+        labels={
+            **pool.spec.pod_labels,
+            **common_labels(deployment.name, pool.role, app_name="custom-engine"),
+            **contract_labels,
+        },
+        annotations={**pool.spec.pod_annotations, **contract_annotations},
         containers=[container],
         volumes=volumes,
         spec_extra=_pod_extra(deployment, pool),

@@ -18,6 +18,7 @@ import kopf
 from kubernetes.aio import client as k8s
 
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, POD, VERSION
+from disagg.plan.model import DEFAULT_INSTALLATION, Installation
 
 from . import metrics
 from .autoscale import Autoscaler
@@ -56,6 +57,8 @@ class RunOptions:
     leader_election: LeaseConfig | None = None
     prometheus_urls: tuple[str, ...] = ()
     """Prometheus base URLs a spec may name as its metrics source (D76)."""
+    installation: Installation = DEFAULT_INSTALLATION
+    """What this installation supplies to every plan (the frontend's image)."""
 
 
 def default_identity() -> str:
@@ -208,7 +211,12 @@ async def run_operator(options: RunOptions) -> None:
     cache = Cache()
     autoscaler = Autoscaler(writer, allowed_prometheus=options.prometheus_urls)
     reconciler = Reconciler(
-        writer, cache, instance=identity, autoscaler=autoscaler, reapply_seconds=options.reapply_seconds
+        writer,
+        cache,
+        instance=identity,
+        autoscaler=autoscaler,
+        reapply_seconds=options.reapply_seconds,
+        installation=options.installation,
     )
     watched = informers(watcher, cache, options.namespaces, reconciler)
     registry = build_registry(reconciler, cache, stop)

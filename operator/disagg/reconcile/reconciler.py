@@ -23,7 +23,7 @@ from typing import Any
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import ValidationResult
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD
-from disagg.plan.model import DeploymentPlan
+from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
 
 from . import metrics
 from .applied import AppliedMemo, digest
@@ -84,9 +84,11 @@ class Reconciler:
         clock: Callable[[], str] = rfc3339_now,
         autoscaler: Autoscaler | None = None,
         reapply_seconds: float = REAPPLY_SECONDS,
+        installation: Installation = DEFAULT_INSTALLATION,
     ) -> None:
         self.kube = kube
         self.cache = cache
+        self.installation = installation
         self.autoscaler = autoscaler
         self.instance = instance
         self.clock = clock
@@ -94,7 +96,7 @@ class Reconciler:
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
         self.applied = AppliedMemo(reapply_seconds)
-        self.cores = CoreMemo()
+        self.cores = CoreMemo(installation=installation)
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.errors import Problem
 from disagg.api.validate import ValidationResult, validate_deployment
 from disagg.plan import build_plan
-from disagg.plan.model import DeploymentPlan
+from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
 from disagg.render import render_plan
 
 from .applied import digest
@@ -43,14 +43,16 @@ def _key(owner: dict[str, Any]) -> str:
     return digest([metadata.get("uid"), metadata.get("labels"), metadata.get("annotations"), owner.get("spec")])
 
 
-def compute(owner: dict[str, Any], namespace: str) -> Core | ValidationResult:
+def compute(
+    owner: dict[str, Any], namespace: str, installation: Installation = DEFAULT_INSTALLATION
+) -> Core | ValidationResult:
     """validate -> plan -> render. A spec the core cannot handle is reported like an invalid one (with the
     exception's message) instead of failing every pass: retrying cannot change a pure function's answer."""
     try:
         result = validate_deployment(owner)
         if result.deployment is None:
             return result
-        plan = build_plan(result.deployment, namespace)
+        plan = build_plan(result.deployment, namespace, installation)
         texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in render_plan(plan))
         return Core(result.deployment.spec, plan, texts)
     except Exception as exc:
@@ -67,8 +69,13 @@ def compute(owner: dict[str, Any], namespace: str) -> Core | ValidationResult:
 class CoreMemo:
     """One answer per DisaggDeployment: the one for its current spec."""
 
-    def __init__(self, core: Callable[[dict[str, Any], str], Core | ValidationResult] = compute) -> None:
+    def __init__(
+        self,
+        core: Callable[[dict[str, Any], str, Installation], Core | ValidationResult] = compute,
+        installation: Installation = DEFAULT_INSTALLATION,
+    ) -> None:
         self._core = core
+        self._installation = installation
         self._answers: dict[OwnerKey, tuple[str, Core | ValidationResult]] = {}
 
     def get(self, owner: dict[str, Any]) -> Core | ValidationResult:
@@ -78,7 +85,7 @@ class CoreMemo:
         known = self._answers.get(owner_key)
         if known is not None and known[0] == key:
             return known[1]
-        answer = self._core(owner, metadata["namespace"])
+        answer = self._core(owner, metadata["namespace"], self._installation)
         self._answers[owner_key] = (key, answer)
         return answer
 

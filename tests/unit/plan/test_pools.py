@@ -83,8 +83,8 @@ def test_the_pool_service_selects_only_the_pods_that_serve() -> None:
     assert services["t-decode-pool"].headless and services["t-decode-pool"].ports[0]["port"] == ENGINE_HTTP_PORT
 
 
-def test_the_router_discovers_the_api_pods_on_the_engines_port() -> None:
-    p = plan(DP_MULTI_NODE)
+def test_vllm_router_discovers_the_api_pods_on_the_engines_port() -> None:
+    p = plan(DP_MULTI_NODE + "  frontend: {router: {implementation: vllm-router}}\n")
     argv = p.router_argv
     assert argv is not None
     decode_selector = argv[argv.index("--decode-selector") + 1 : argv.index("--service-discovery-namespace")]
@@ -97,8 +97,20 @@ def test_the_router_discovers_the_api_pods_on_the_engines_port() -> None:
     assert port == str(ENGINE_HTTP_PORT) == engine(p, "decode").argv[engine(p, "decode").argv.index("--port") + 1]
 
 
-def test_moriio_engines_register_with_the_router_at_the_default_port() -> None:
-    p = plan("  model: {name: m}\n  transfer: {connector: moriio}\n")
+def test_the_frontend_discovers_the_api_pods_on_the_engines_port() -> None:
+    p = plan(DP_MULTI_NODE)
+    argv = p.frontend_argv
+    assert argv is not None and p.router_argv is None
+    decode = [argv[i + 1] for i, flag in enumerate(argv) if flag == "--decode-selector"]
+    assert decode == ["disagg.dev/deployment=t", "disagg.dev/role=decode", f"{LWS_WORKER_INDEX_LABEL}=0"]
+    assert argv[argv.index("--engine-port") + 1] == str(ENGINE_HTTP_PORT)
+
+
+def test_moriio_engines_register_with_vllm_router_at_the_default_port() -> None:
+    p = plan(
+        "  model: {name: m}\n  transfer: {connector: moriio, moriio: {mode: read}}\n"
+        "  frontend: {router: {implementation: vllm-router}}\n"
+    )
     assert p.router_argv is not None
     assert p.router_argv[p.router_argv.index("--vllm-discovery-address") + 1] == "0.0.0.0:36367"
     router = workload(p, "t-router").pod.containers[0]

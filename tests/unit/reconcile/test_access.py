@@ -87,9 +87,13 @@ class Recording(FakeApiServer):
 async def scenario_accesses() -> set[Access]:
     """Everything one operator does over a lifetime of DisaggDeployments, as RBAC sees it."""
     server = Recording()
-    # Every child kind, including LeaderWorkerSets and a KV store's ConfigMap; an autoscaled multi-node pool.
+    # Every child kind, including LeaderWorkerSets, a KV store's ConfigMap and DaemonSet; an autoscaled multi-node pool.
     store = deployment_document(REPO / "examples" / "06-mooncake-store-agentic.yaml")
     store["spec"]["decode"]["autoscaling"] = {"enabled": True, "controller": "external"}
+    # A standalone store: its per-node client is a DaemonSet.
+    mooncake = store["spec"]["kvCache"]["store"]["mooncake"]
+    mooncake.pop("globalSegmentSize")
+    mooncake.update(mode="standalone", client={"segmentSize": "64Gi"})
     h = harness(store, server)
     await h.reconcile()
     await h.reconcile()  # the replicas hand-over reads the LeaderWorkerSet
