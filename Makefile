@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: help dev demo demo-down lint unit real contract e2e real-engines test crds golden bench node-packages cluster-build cluster-up cluster-down cluster-status
+.PHONY: help dev demo demo-down lint unit real contract e2e e2e-extended real-engines test crds golden bench node-packages cluster-build cluster-up cluster-down cluster-status
 .DEFAULT_GOAL := help
 LINTED := operator tests e2e bench
 
@@ -35,10 +35,13 @@ real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/r
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
 	$(RUN) pytest tests/contract
 
-e2e: dev cluster-build node-packages ## end-to-end tests on the local control plane and its real node, real-engine tier included
-	$(RUN) pytest e2e
+e2e: dev cluster-build node-packages ## end-to-end tests on the local control plane and its real node, the served-request real-engine tier included (not the extended modules)
+	$(RUN) pytest e2e -m "not extended"
 
-real-engines: dev cluster-build node-packages ## only the real-engine tier: real vLLM CPU engines in pods behind the operator's endpoint
+e2e-extended: dev cluster-build node-packages ## the heavy e2e modules outside make test: every P/D flow and the serving check on real engines, the real Mooncake daemons (30-60 min)
+	$(RUN) pytest e2e -m extended
+
+real-engines: dev cluster-build node-packages ## the whole real-engine tier (served request and, from the extended set, every flow): real vLLM CPU engines in pods behind the endpoint
 	$(RUN) pytest e2e -m real_engines
 
 test: lint unit contract e2e ## everything CI runs

@@ -49,7 +49,7 @@ from e2e.realnode_support import (
     stream_chunks,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.real_engines, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_engines, pytest.mark.extended, pytest.mark.timeout(3600)]
 
 SPECS = REPO_ROOT / "e2e" / "specs"
 READY_TIMEOUT = 900.0

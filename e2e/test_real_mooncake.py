@@ -43,7 +43,7 @@ from e2e.realnode_support import (
     serving,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.e2e, pytest.mark.extended, pytest.mark.timeout(1800)]
 SPEC = REPO_ROOT / "e2e" / "specs" / "tiny-mooncake-standalone.yaml"
 SEGMENT = 256 << 20
 
