@@ -44,6 +44,10 @@ LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 """Variables LeaderWorkerSet's pod webhook injects into every container of a group."""
 
+SERVING_GATE = "disagg.dev/serving"
+"""The readiness gate of engine pods when the serving check enforces (and the pod condition the operator sets): a
+pod becomes Ready only once the operator has seen a pair through it serve (docs/decisions.md, D102)."""
+
 BOOTSTRAP_PORT_ANNOTATION = "vllm.ai/bootstrap-port"
 """vllm-router reads the Mooncake bootstrap port of a discovered prefill pod from this fixed annotation."""
 

@@ -21,14 +21,16 @@ ALLOWED: dict[str, set[str]] = {
     "plan": {"names", "api"},
     "render": {"names", "api", "plan"},
     "scaling": {"names", "api"},
+    "health": {"names", "api"},
     "frontend": {"names"},
-    "reconcile": {"names", "api", "plan", "render", "scaling"},
-    "cli": {"names", "api", "plan", "render", "scaling", "frontend", "reconcile"},
+    "reconcile": {"names", "api", "plan", "render", "scaling", "health"},
+    "cli": {"names", "api", "plan", "render", "scaling", "health", "frontend", "reconcile"},
 }
 """The house, floor by floor: each layer and the layers it may import (besides itself). `names` is the ground
 floor; `plan` -> `render` build objects and `scaling` decides replicas, side by side on `api`; the shell
-(`reconcile`, then `cli`) stands on all of them. `frontend` (the P/D frontend, a serving process of its own) stands
-on `names` beside them, and only `cli` starts it."""
+(`reconcile`, then `cli`) stands on all of them. `health` (the serving check's verdicts, admissions and remediation)
+stands on `api` beside them too. `frontend` (the P/D frontend, a serving process of its own) stands on `names`
+beside them, and only `cli` starts it."""
 LAYER_OF_MODULE = {"disagg.frontend.contract": "names"}
 """The frontend's pod contract (the labels and annotations engine pods carry) belongs with the names: the planner
 renders it and may import it, and it imports nothing but `names`."""
@@ -39,6 +41,10 @@ INDEPENDENT = [
     ("frontend", "render"),
     ("frontend", "scaling"),
     ("frontend", "reconcile"),
+    ("health", "plan"),
+    ("health", "render"),
+    ("health", "scaling"),
+    ("health", "frontend"),
 ]
 """Siblings: neither imports the other, in either direction."""
 OUTSIDE_THE_LAYERS = {"__init__.py", "__main__.py", "py.typed"}
@@ -52,6 +58,7 @@ PURE = [
     "scaling/promtext",
     "scaling/window",
     "scaling/sources/base",
+    "health",
     "frontend/contract",
     "frontend/config",
     "frontend/selection",

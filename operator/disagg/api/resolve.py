@@ -20,6 +20,7 @@ from .frontend import FrontendSpec
 from .kvcache import KvCacheSpec, MooncakeStore
 from .model import ModelSpec
 from .pool import CustomContainer, PoolSpec
+from .serving import ServingSpec
 from .transfer import (
     ConnectorKind,
     CustomConnectorSettings,
@@ -280,6 +281,7 @@ class ResolvedDeployment:
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
     frontend: FrontendSpec
+    serving: ServingSpec
 
     @property
     def pools(self) -> tuple[ResolvedPool, ResolvedPool]:
@@ -315,4 +317,5 @@ def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = Non
         mooncake_store=mooncake_store(spec),
         lmcache=lmcache_server(spec),
         frontend=spec.frontend,
+        serving=spec.serving,
     )

@@ -45,6 +45,14 @@ import click
     show_default=True,
     help="How often every DisaggDeployment is reconciled even without an event (drift repair).",
 )
+@click.option(
+    "--serving-check",
+    type=click.Choice(["Enforce", "Report", "Off"]),
+    default="Enforce",
+    show_default=True,
+    help="The serving check's mode for DisaggDeployments that leave spec.serving.check.mode unset. Off suits "
+    "clusters where no engine really runs (fake nodes) or the operator cannot reach pod IPs.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -53,6 +61,7 @@ def run(
     metrics_port: int,
     workers: int,
     resync_seconds: float,
+    serving_check: str,
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -65,4 +74,13 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
-    asyncio.run(run_operator(list(namespaces), liveness_port or None, metrics_port or None, workers, resync_seconds))
+    asyncio.run(
+        run_operator(
+            list(namespaces),
+            liveness_port or None,
+            metrics_port or None,
+            workers,
+            resync_seconds,
+            serving_check,  # type: ignore[arg-type]
+        )
+    )

@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.deployment import DisaggDeployment
+from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import resolve_deployment
+from disagg.api.serving import CheckMode
 from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
 from .model import ConfigMapPlan, DeploymentPlan, ServicePlan, WorkloadPlan
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
+from .serving import DEFAULT_MODE, gates_pools, plan_serving
 from .stores import plan_store
 
 
@@ -25,12 +28,17 @@ def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
     return [{**reference, "controller": True, "blockOwnerDeletion": True}]
 
 
-def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> DeploymentPlan:
-    """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
+def build_plan(
+    deployment: DisaggDeployment, namespace: str | None = None, serving_default: CheckMode = DEFAULT_MODE
+) -> DeploymentPlan:
+    """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan.
+    `serving_default`: the serving check's mode where the spec leaves it unset (the operator's --serving-check)."""
     resolved = resolve_deployment(deployment, namespace)
     name, namespace = resolved.name, resolved.namespace
-    pools = [plan_pool(resolved, pool) for pool in resolved.pools]
     router = plan_router(resolved)
+    router_workload = router.workload if router is not None else None
+    gated = gates_pools(resolved, router_workload, serving_default)
+    pools = [plan_pool(resolved, pool, gated=gated and not pool.layout.multi_node) for pool in resolved.pools]
     render_tier = plan_render_tier(resolved)
     store = plan_store(name, resolved.mooncake_store, resolved.lmcache, resolved.shared_image)
 
@@ -70,4 +78,10 @@ def build_plan(deployment: DisaggDeployment, namespace: str | None = None) -> De
         engines=[pool.command for pool in pools if pool.command is not None],
         router_argv=router.argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
+        serving=plan_serving(
+            resolved,
+            router_workload,
+            resolved.decode.custom.port if resolved.decode.custom else ENGINE_HTTP_PORT,
+            serving_default,
+        ),
     )

@@ -7,10 +7,13 @@ JSON-like values so templates can emit them verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from disagg.api.resolve import ResolvedFamily
 from disagg.names import PoolName
+
+if TYPE_CHECKING:
+    from .serving import ServingPlan
 
 Json = Any
 WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
@@ -122,3 +125,5 @@ class DeploymentPlan:
     """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
     render_tier_argv: list[str] | None
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
+    serving: ServingPlan
+    """How the serving check reaches the path and what it gates."""

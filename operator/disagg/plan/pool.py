@@ -8,7 +8,7 @@ from typing import Any
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool
 from disagg.api.types import IntOrPercent
-from disagg.names import LWS_WORKER_INDEX_ENV, PoolName, child_name, common_labels, pool_service_name
+from disagg.names import LWS_WORKER_INDEX_ENV, SERVING_GATE, PoolName, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
@@ -26,6 +26,7 @@ from .pod import (
     user_env,
     with_replica_affinity,
 )
+from .serving import GATED_ROLLOUT
 
 # Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
 DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
@@ -45,9 +46,10 @@ class PoolPlan:
     connectors: PoolConnectors | None
 
 
-def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
+def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = False) -> PoolPlan:
+    """`gated`: the pods carry the serving readiness gate and roll with GATED_ROLLOUT defaults (plan/serving.py)."""
     if pool.custom is not None:
-        return _custom_pool(deployment, pool)
+        return _custom_pool(deployment, pool, gated)
     context = PoolContext(
         deployment.name,
         pool,
@@ -62,7 +64,8 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
         node_role: engine_argv(deployment, pool, connectors.kv_transfer_config, node_role) for node_role in node_roles
     }
     pods = {
-        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role) for node_role in node_roles
+        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, gated)
+        for node_role in node_roles
     }
     api_pod = pods[node_roles[0]]
     command = EngineCommand(
@@ -72,7 +75,7 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
         kv_transfer_config=connectors.kv_transfer_config,
         env=_literal_env(api_pod.containers[0].env),
     )
-    workload = _workload(deployment.name, pool, api_pod, pods.get("worker"))
+    workload = _workload(deployment.name, pool, api_pod, pods.get("worker"), gated)
     return PoolPlan(workload, _pool_service(deployment.name, pool, []), command, connectors)
 
 
@@ -82,6 +85,7 @@ def _engine_pod(
     connectors: PoolConnectors,
     argv: list[str],
     node_role: NodeRole,
+    gated: bool,
 ) -> PodPlan:
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
     ports = ([http_port()] if node_role != "worker" else []) + connectors.ports
@@ -105,7 +109,7 @@ def _engine_pod(
         annotations={**pool.spec.pod_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool),
+        spec_extra=_pod_extra(deployment, pool, gated and node_role != "worker"),
     )
 
 
@@ -131,9 +135,11 @@ def _worker_argv_for_index(argv: list[str], layout: ReplicaLayout, index: int) -
     return resolved
 
 
-def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool) -> dict[str, Any]:
+def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) -> dict[str, Any]:
     spec = pool.spec
     extra: dict[str, Any] = {}
+    if gated:
+        extra["readinessGates"] = [{"conditionType": SERVING_GATE}]
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
     extra["terminationGracePeriodSeconds"] = grace_period(pool)
@@ -149,8 +155,8 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool) -> dict[str, 
     return extra
 
 
-def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None) -> WorkloadPlan:
-    surge, unavailable = DEFAULT_ROLLOUT[pool.role]
+def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None, gated: bool) -> WorkloadPlan:
+    surge, unavailable = GATED_ROLLOUT if gated else DEFAULT_ROLLOUT[pool.role]
     rollout = pool.spec.rollout
     if rollout.max_surge is not None:
         surge = rollout.max_surge
@@ -194,7 +200,7 @@ def _pool_service(
     )
 
 
-def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan:
+def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) -> PoolPlan:
     """A non-vLLM engine (e.g. a TileRT decode server): its own image and command, our labels, GPUs and probes."""
     custom = pool.custom
     assert custom is not None
@@ -221,9 +227,9 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool) -> PoolPlan
         annotations=dict(pool.spec.pod_annotations),
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool),
+        spec_extra=_pod_extra(deployment, pool, gated),
     )
-    workload = _workload(deployment.name, pool, pod, None)
+    workload = _workload(deployment.name, pool, pod, None, gated)
     service = _pool_service(deployment.name, pool, extra_ports, port=custom.port)
     return PoolPlan(workload, service, None, None)
 

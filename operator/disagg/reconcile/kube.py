@@ -17,7 +17,7 @@ from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 from kubernetes.aio.client.exceptions import ApiException
 
-from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS
+from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS, POD
 
 from .children import FIELD_MANAGER
 
@@ -213,6 +213,16 @@ class Kube:
             path(DISAGG_DEPLOYMENT.name, namespace, name) + "/status",
             body={"status": status},
             content_type="application/merge-patch+json",
+        )
+
+    async def patch_pod_condition(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> None:
+        """Set one pod condition (the serving readiness gate), merged by type with the kubelet's. The uid guards
+        against a same-named pod created after our read: such a patch fails with 409."""
+        await self._request(
+            "PATCH",
+            path(POD.name, namespace, name) + "/status",
+            body={"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
         )
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> None:

@@ -11,12 +11,15 @@ from typing import Any
 
 import kopf
 
+from disagg.api.serving import CheckMode
 from disagg.names import CHILD_KINDS, GROUP, LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, VERSION
 
 from . import metrics
 from .autoscale import Autoscaler
 from .kube import Kube
+from .prober import HttpProber
 from .reconciler import Reconciler
+from .serving import ServingChecker
 
 log = logging.getLogger("disagg.operator")
 
@@ -80,7 +83,12 @@ def build_registry(reconciler: Reconciler, stop: asyncio.Event | None = None) ->
 
 
 async def run_operator(
-    namespaces: list[str], liveness_port: int | None, metrics_port: int | None, workers: int, resync_seconds: float
+    namespaces: list[str],
+    liveness_port: int | None,
+    metrics_port: int | None,
+    workers: int,
+    resync_seconds: float,
+    serving_default: CheckMode = "Enforce",
 ) -> None:
     """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
     stop = asyncio.Event()
@@ -91,7 +99,14 @@ async def run_operator(
         metrics.serve(metrics_port)
     kube = await Kube.connect()
     autoscaler = Autoscaler(kube)
-    reconciler = Reconciler(kube, instance=socket.gethostname(), autoscaler=autoscaler)
+    serving = ServingChecker(kube, HttpProber())
+    reconciler = Reconciler(
+        kube,
+        instance=socket.gethostname(),
+        autoscaler=autoscaler,
+        serving=serving,
+        serving_default=serving_default,
+    )
     registry = build_registry(reconciler, stop)
     liveness = f"http://0.0.0.0:{liveness_port}/healthz" if liveness_port else None
     log.info("disagg-operator starting: %s", ", ".join(namespaces) if namespaces else "all namespaces")
@@ -114,4 +129,5 @@ async def run_operator(
         await asyncio.gather(watch(), reconciler.run(workers, resync_seconds, stop))
     finally:
         await autoscaler.close()
+        await serving.close()
         await kube.close()

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.serving import CheckMode
 from disagg.api.validate import validate_deployment
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, children_selector
 from disagg.plan import build_plan
@@ -27,6 +28,7 @@ from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError
 from .ownership import replicas_action, replicas_patch
+from .serving import ServingChecker, ServingReport
 from .status import StatusInputs, StatusReport, compute_status
 from .workqueue import Key, WorkQueue
 
@@ -59,6 +61,7 @@ class PassState:
     notices: list[Notice] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     scaling: ScaleReport = field(default_factory=ScaleReport)
+    serving: ServingReport | None = None
 
 
 class Reconciler:
@@ -68,9 +71,15 @@ class Reconciler:
         instance: str = "disagg-operator",
         clock: Callable[[], str] = rfc3339_now,
         autoscaler: Autoscaler | None = None,
+        serving: ServingChecker | None = None,
+        serving_default: CheckMode = "Enforce",
     ) -> None:
+        """`serving`: the serving check (None: no check; the status then says nothing about serving).
+        `serving_default`: the check's mode where a spec leaves it unset (`disagg run --serving-check`)."""
         self.kube = kube
         self.autoscaler = autoscaler
+        self.serving = serving
+        self.serving_default: CheckMode = serving_default if serving is not None else "Off"
         self.instance = instance
         self.clock = clock
         self.queue = WorkQueue()
@@ -87,6 +96,8 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         if self.autoscaler is not None:
             self.autoscaler.forget(key)
+        if self.serving is not None:
+            self.serving.forget(key)
         self.known.discard(key)
         self.queue.forget(key)
         self.phases.pop(key, None)
@@ -153,7 +164,7 @@ class Reconciler:
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        plan = build_plan(result.deployment, namespace)
+        plan = build_plan(result.deployment, namespace, self.serving_default)
         state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
         if not await self._apply(state, render_plan(plan)):
             return "gone"  # the namespace and everything in it is going away
@@ -226,6 +237,23 @@ class Reconciler:
         state.pods = await self._list_pods(*state.key)
         state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors)
         state.notices += state.scaling.notices
+        state.serving = await self._check_serving(state)
+        if state.serving is not None:
+            state.notices += state.serving.notices
+
+    async def _check_serving(self, state: PassState) -> ServingReport | None:
+        if self.serving is None:
+            return None
+        try:
+            report = await self.serving.step(state.key, state.plan, state.live, state.pods, self.clock())
+        except KubeError as exc:
+            if exc.transient:
+                raise RetryLater(f"serving check: {exc}") from exc
+            state.apply_errors.append(f"serving check: {exc}")
+            return None
+        if report.due_in is not None:
+            self.queue.add_after(state.key, report.due_in)
+        return report
 
     def _status_inputs(self, state: PassState) -> StatusInputs:
         return StatusInputs(
@@ -239,6 +267,7 @@ class Reconciler:
             pods=state.pods,
             scaling_condition=state.scaling.condition,
             last_scale=state.scaling.last_scale,
+            **_serving_inputs(state.serving),
         )
 
     async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
@@ -324,3 +353,16 @@ class Reconciler:
             counts[phase] = counts.get(phase, 0) + 1
         for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+
+
+def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
+    if report is None:
+        return {}
+    return {
+        "serving_mode": report.mode,
+        "serving_condition": report.condition,
+        "serving_status": report.status,
+        "serving_engines": report.serving_engines,
+        "rollout": report.rollout,
+        "serving_degraded": report.degraded,
+    }

@@ -1,0 +1,125 @@
+"""Engine pods as the serving check sees them: role, pairing revision, incarnation, and whether they are admitted.
+
+An engine pod rendered with the `disagg.dev/serving` readiness gate becomes Ready only when the operator sets that
+pod condition True. The operator does so for one *incarnation* (the pod's containers' total restart count, written
+into the condition's message), so a container that restarts is a new, unadmitted engine until its pairs serve again:
+its peers may hold stale transfer state about the incarnation before it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from disagg.frontend.contract import ANNOTATION_PAIRING_GENERATION, LABEL_PAIRING_REVISION
+from disagg.names import LABEL_ROLE, LWS_WORKER_INDEX_LABEL, SERVING_GATE, PoolName
+
+_RESTARTS = re.compile(r"\brestarts=(\d+)\b")
+
+
+@dataclass(frozen=True)
+class EnginePod:
+    name: str
+    uid: str
+    role: PoolName
+    revision: str
+    generation: int
+    restarts: int
+    created: str
+    """metadata.creationTimestamp (RFC 3339 sorts as text)."""
+    started: str
+    """When the newest container incarnation started (RFC 3339), or "" if none runs."""
+    up: bool
+    """Running, not terminating, with an IP and every container ready: it could serve."""
+    gated: bool
+    """Rendered with the serving readiness gate."""
+    admitted: bool
+    """The gate condition is True for this incarnation (always True for pods without the gate that are up)."""
+    gate_status: str | None
+    """The gate condition's status as it is now ("True", "False" or None), whatever incarnation it was set for."""
+    template: str
+    """The pod-template-hash label: which ReplicaSet (pod template) the pod belongs to."""
+
+    @property
+    def routable(self) -> bool:
+        """The frontend may send requests through it: up and Ready."""
+        return self.up and self.admitted
+
+    @property
+    def candidate(self) -> bool:
+        """Up, gated and waiting for the operator to admit it."""
+        return self.up and self.gated and not self.admitted
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def admitted_restarts(condition: Mapping[str, Any] | None) -> int | None:
+    """The incarnation the gate condition was set True for, or None when it is not True."""
+    if condition is None or condition.get("status") != "True":
+        return None
+    found = _RESTARTS.search(str(condition.get("message", "")))
+    return int(found.group(1)) if found else None
+
+
+def gate_message(restarts: int, detail: str) -> str:
+    return f"restarts={restarts}; {detail}"
+
+
+def engine_pod(pod: Mapping[str, Any]) -> EnginePod | None:
+    """The engine a pod is (prefill or decode API pod), or None for other pods (router, workers of multi-node
+    replicas, render tier, stores)."""
+    metadata = pod.get("metadata") or {}
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    role = labels.get(LABEL_ROLE)
+    if role not in ("prefill", "decode") or labels.get(LWS_WORKER_INDEX_LABEL, "0") != "0":
+        return None
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount", 0) or 0) for c in containers)
+    started = max(
+        (str(((c.get("state") or {}).get("running") or {}).get("startedAt") or "") for c in containers), default=""
+    )
+    gated = any(g.get("conditionType") == SERVING_GATE for g in spec.get("readinessGates") or [])
+    containers_ready = _condition(status, "ContainersReady")
+    up = (
+        not metadata.get("deletionTimestamp")
+        and status.get("phase") == "Running"
+        and bool(status.get("podIP"))
+        and bool(containers)
+        and all(c.get("ready") for c in containers)
+        and (containers_ready is None or containers_ready.get("status") == "True")
+    )
+    gate = _condition(status, SERVING_GATE)
+    admitted = (admitted_restarts(gate) == restarts) if gated else up
+    try:
+        generation = int((metadata.get("annotations") or {}).get(ANNOTATION_PAIRING_GENERATION, 0) or 0)
+    except ValueError:
+        generation = 0
+    return EnginePod(
+        name=str(metadata.get("name", "")),
+        uid=str(metadata.get("uid", "")),
+        role=role,  # type: ignore[arg-type]
+        revision=labels.get(LABEL_PAIRING_REVISION, ""),
+        generation=generation,
+        restarts=restarts,
+        created=str(metadata.get("creationTimestamp") or ""),
+        started=started,
+        up=up,
+        gated=gated,
+        admitted=admitted,
+        gate_status=None if gate is None else str(gate.get("status")),
+        template=labels.get("pod-template-hash", ""),
+    )
+
+
+def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
+    found = [engine for pod in pods if (engine := engine_pod(pod)) is not None]
+    return sorted(found, key=lambda e: (e.role, e.created, e.name))

@@ -1,0 +1,125 @@
+"""How the serving check reaches the P/D path, and what it gates (decided here, once).
+
+- `pairs`: the frontend is the operator's own (`disagg frontend`, recognised by its `admin` port): the check asks it
+  to probe every prefill/decode pair through its admin API. With mode Enforce the engine pods get the serving
+  readiness gate (Ready only once their pairs serve) and both pools roll with maxSurge 100%, maxUnavailable 0, so the
+  operator can pace a rollout of the pairing revision without lowering capacity (D102, D103). LeaderWorkerSet pools
+  get no gate: their group readiness and rollout are LeaderWorkerSet's (D104).
+- `endpoint`: vllm-router, a custom router, or no router: one tiny completion through a pod behind the user-facing
+  Service. It proves the endpoint answers, not which pairs work, so nothing is gated and nothing is remediated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from disagg.api.resolve import ResolvedDeployment
+from disagg.api.serving import CheckMode, RemediationAction, StuckPolicy
+from disagg.api.units import parse_duration
+from disagg.frontend.contract import LABEL_PAIRING_REVISION
+from disagg.names import Role, selector_labels
+
+from .model import ContainerPlan, WorkloadPlan
+
+ADMIN_PORT_NAME = "admin"
+"""The frontend container's admin port (docs/frontend.md): probes, drains and the pair list."""
+DEFAULT_MODE: CheckMode = "Enforce"
+GATED_ROLLOUT = ("100%", 0)
+"""maxSurge, maxUnavailable of gated pools: every new pod may start at once, none is removed before a new one is
+admitted; the operator's admissions pace the rollout."""
+CheckMethod = Literal["pairs", "endpoint"]
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    mode: CheckMode
+    method: CheckMethod
+    role: Role
+    """Whose pods the check talks to: the router (frontend) or, without one, the decode pool."""
+    selector: dict[str, str]
+    port: int
+    """The admin port (pairs) or the HTTP port (endpoint)."""
+    gated: bool
+    """Engine pods carry the serving readiness gate and the operator admits them."""
+    interval: float
+    deadline: float
+    failure_threshold: int
+    max_pairs: int
+    action: RemediationAction
+    cooldown: float
+    drain_for: float
+    progress_deadline: float
+    on_stuck: StuckPolicy
+    model: str
+    """The served model name, for the endpoint check's request."""
+
+
+def _container_port(container: ContainerPlan, name: str) -> int | None:
+    for port in container.ports:
+        if port.get("name") == name:
+            return int(port["containerPort"])
+    return None
+
+
+def frontend_admin_port(router: WorkloadPlan | None) -> int | None:
+    """The admin port of the operator's frontend, or None when the router is something else (or absent)."""
+    if router is None:
+        return None
+    for container in router.pod.containers:
+        found = _container_port(container, ADMIN_PORT_NAME)
+        if found is not None:
+            return found
+    return None
+
+
+def effective_mode(deployment: ResolvedDeployment, default: CheckMode) -> CheckMode:
+    return deployment.serving.check.mode or default
+
+
+def gates_pools(deployment: ResolvedDeployment, router: WorkloadPlan | None, default: CheckMode) -> bool:
+    """Whether engine pods get the serving readiness gate (single-node pools only; see the module docstring)."""
+    return effective_mode(deployment, default) == "Enforce" and frontend_admin_port(router) is not None
+
+
+def plan_serving(
+    deployment: ResolvedDeployment, router: WorkloadPlan | None, endpoint_port: int, default: CheckMode
+) -> ServingPlan:
+    check = deployment.serving.check
+    remediation = deployment.serving.remediation
+    rollout = deployment.serving.rollout
+    admin = frontend_admin_port(router)
+    role: Role
+    if admin is not None:
+        method: CheckMethod = "pairs"
+        role, port = "router", admin
+    elif router is not None:
+        method = "endpoint"
+        role = "router"
+        port = next((p for c in router.pod.containers if (p := _container_port(c, "http")) is not None), endpoint_port)
+    else:
+        method, role, port = "endpoint", "decode", endpoint_port
+    selector = dict(deployment.decode.api_selector) if role == "decode" else selector_labels(deployment.name, role)
+    return ServingPlan(
+        mode=effective_mode(deployment, default),
+        method=method,
+        role=role,
+        selector=selector,
+        port=port,
+        gated=gates_pools(deployment, router, default),
+        interval=float(parse_duration(check.interval)),
+        deadline=float(parse_duration(check.deadline)),
+        failure_threshold=check.failure_threshold,
+        max_pairs=check.max_pairs,
+        action=remediation.action,
+        cooldown=float(parse_duration(remediation.cooldown)),
+        drain_for=float(parse_duration(remediation.drain_for)),
+        progress_deadline=float(parse_duration(rollout.progress_deadline)),
+        on_stuck=rollout.on_stuck,
+        model=deployment.model.served_name or deployment.model.name,
+    )
+
+
+def pairing_revision(workload: WorkloadPlan) -> str:
+    """The pairing revision a pool's pod template carries ("" before the planner renders one)."""
+    return workload.pod.labels.get(LABEL_PAIRING_REVISION, "")
