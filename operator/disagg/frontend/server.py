@@ -83,7 +83,8 @@ class Frontend:
         self.metrics.engines.clear()
         counts: dict[tuple[str, str], int] = {}
         for engine in engines:
-            counts[(engine.role, engine.revision)] = counts.get((engine.role, engine.revision), 0) + 1
+            if not engine.candidate:  # candidates serve nothing until the operator admits them
+                counts[(engine.role, engine.revision)] = counts.get((engine.role, engine.revision), 0) + 1
         for (role, revision), count in counts.items():
             self.metrics.engines.labels(role, revision).set(count)  # not cached: clear() above drops children
 
@@ -621,7 +622,7 @@ class Frontend:
 
     # ---- admin: pairs, probes, drains -------------------------------------------------------------------------
     def _find(self, role: str, name: str) -> Engine | None:
-        for engine in self.selector.engines(role):  # type: ignore[arg-type]
+        for engine in [*self.selector.engines(role), *self.selector.candidates(role)]:  # type: ignore[arg-type]
             if name in (engine.name, engine.key, engine.url):
                 return engine
         return None
@@ -639,6 +640,19 @@ class Frontend:
             }
             for info in self.selector.pairs(now)
         ]
+        if request.query.get("candidates") in ("1", "true"):
+            pairs += [
+                {
+                    "prefill": pair.prefill.name,
+                    "decode": pair.decode.name,
+                    "revision": pair.revision,
+                    "drained": False,
+                    "drained_for_seconds": None,
+                    "reason": "",
+                    "candidate": True,
+                }
+                for pair in self.selector.candidate_pairs()
+            ]
         return web.json_response({"pairs": pairs, "revisions": self.selector.revisions(now)})
 
     async def _admin_body(self, request: web.Request) -> dict[str, Any]:
@@ -675,6 +689,8 @@ class Frontend:
                 pairs = [
                     info.pair for info in self.selector.pairs(now) if not info.drained or data.get("include_drained")
                 ]
+                if data.get("include_candidates"):
+                    pairs += self.selector.candidate_pairs()
             elif isinstance(items, list):
                 pairs = [self._pair_from(item) for item in items]
             else:
@@ -724,6 +740,7 @@ class Frontend:
                 0,
                 None,
                 f"no answer within {deadline:g} s",
+                candidate=pair.prefill.candidate or pair.decode.candidate,
             )
         latency = self.clock() - started
         after = await self._scrape(pair.decode, 5.0) if scrape and before is not None else None
@@ -735,7 +752,16 @@ class Frontend:
         self.metrics.at(self.metrics.probes, "ok" if ok else "failed").inc()
         self.metrics.probe_seconds.observe(latency)
         return ProbeResult(
-            pair.prefill.name, pair.decode.name, pair.revision, ok, latency, handed, transferred, error, result.status
+            pair.prefill.name,
+            pair.decode.name,
+            pair.revision,
+            ok,
+            latency,
+            handed,
+            transferred,
+            error,
+            result.status,
+            candidate=pair.prefill.candidate or pair.decode.candidate,
         )
 
     async def _drain(self, request: web.Request) -> web.Response:
