@@ -34,9 +34,11 @@ def notices_for(transitions: list[Transition]) -> list[Notice]:
         elif change.type == "Serving":
             if change.new == "True":
                 notices.append(Notice("Normal", "Serving", change.message))
+            elif change.old is None:
+                pass  # a new DisaggDeployment that does not serve yet: Ready=False already says so
             elif change.new == "False":
                 notices.append(Notice("Warning", "NotServing", change.message))
-            elif change.old is not None:
+            else:
                 notices.append(Notice("Warning", "ServingUnknown", change.message))
         elif change.type == "Degraded":
             if change.new == "True":

@@ -66,6 +66,8 @@ class _Memory:
     probed: set[tuple[str, int]] = field(default_factory=set)
     """Engine incarnations (pod name, restarts) that some round has probed."""
     frontend_turn: int = 0
+    frontends: tuple[str, ...] = ()
+    """The ready frontend pods of the last round: a change makes a round due at once."""
     endpoint_failures: int = 0
     endpoint_since: str | None = None
     last: ServingReport | None = None
@@ -144,7 +146,10 @@ class ServingChecker:
         desired = desired_replicas(plan, live)
         target = target_revision(plan)
         unprobed = [e for e in engines if (e.candidate or e.routable) and (e.name, e.restarts) not in memory.probed]
-        if now < memory.next_due and not unprobed and memory.last is not None:
+        frontends = tuple(self._frontends(serving, pods))
+        changed = frontends != memory.frontends
+        memory.frontends = frontends
+        if now < memory.next_due and not unprobed and not changed and memory.last is not None:
             report = replace(memory.last, notices=notices, due_in=max(memory.next_due - now, 0.1))
             report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, report.rollout)
             report.degraded = [d for d in report.degraded if d[0] != "RolloutStuck"] + stuck

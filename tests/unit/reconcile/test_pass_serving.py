@@ -1,0 +1,305 @@
+"""The serving check through whole passes: Serving, Ready requiring it, pods admitted by the gate, restarts,
+remediation, the endpoint check for routers that cannot probe pairs, and the modes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disagg.names import SERVING_GATE
+from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document
+from tests.support.serving import checked_harness, kubelet, make_pod, restart
+
+FRONTEND = """
+apiVersion: disagg.dev/v1alpha1
+kind: DisaggDeployment
+metadata: {name: m}
+spec:
+  model: {name: org/model}
+  prefill: {replicas: 1}
+  decode: {replicas: 1}
+  serving:
+    check: {interval: 10s, failureThreshold: 2}
+    remediation: {cooldown: 2m}
+  frontend:
+    router:
+      # The operator's own frontend, recognised by its admin port (the planner renders it as the default once the
+      # frontend rendering lands; a custom container running `disagg frontend` is recognised the same way).
+      customContainer:
+        image: ghcr.io/disagg-dev/disagg-operator:0.1.0
+        command: [disagg, frontend]
+        args: [--deployment, m]
+        extraPorts: {admin: 8001}
+"""
+
+
+def gate(h: Any, name: str) -> dict[str, Any]:
+    pod = h.server.get("Pod", NAMESPACE, name)
+    return next((c for c in pod["status"]["conditions"] if c["type"] == SERVING_GATE), {})
+
+
+def reasons(h: Any) -> list[str]:
+    return [e["reason"] for e in h.events() if e["reason"] not in ("Created",)]
+
+
+async def test_engines_become_ready_only_once_a_pair_through_them_serves_then_serving_is_true() -> None:
+    h, frontend, clock = checked_harness(deployment_document(FRONTEND))
+    await h.reconcile()
+    workload = h.server.get("Deployment", NAMESPACE, "m-decode")
+    assert workload["spec"]["template"]["spec"]["readinessGates"] == [{"conditionType": SERVING_GATE}]
+    assert workload["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "100%", "maxUnavailable": 0}
+    for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    # Both engines were probed as a candidate pair and admitted together.
+    assert frontend.probed[-1] == [("m-prefill-a", "m-decode-a")]
+    assert gate(h, "m-prefill-a")["status"] == "True" and gate(h, "m-decode-a")["status"] == "True"
+    assert gate(h, "m-decode-a")["message"].startswith("restarts=0; ")
+    assert h.condition("Serving")["reason"] == "NoPairs"  # admitted this pass; the kubelet has not said Ready yet
+    assert h.condition("Ready")["status"] == "False"
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("True", "PairsServe"), serving
+    assert h.condition("Ready")["status"] == "True" and h.status["phase"] == "Ready"
+    assert h.status["serving"]["pairs"] == 1 and h.status["serving"]["method"] == "pairs"
+    assert h.status["decode"]["servingReplicas"] == 1
+    assert "EnginesAdmitted" in reasons(h) and reasons(h)[-2:] == ["Serving", "Ready"]
+
+
+async def _serving(document: str = FRONTEND, **frontend: Any) -> tuple[Any, Any, Any]:
+    h, fake, clock = checked_harness(deployment_document(document), **frontend)
+    await h.reconcile()
+    for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert h.condition("Serving")["status"] == "True"
+    return h, fake, clock
+
+
+async def test_a_broken_pair_turns_serving_false_within_one_recheck_and_the_stale_engine_is_recreated() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT"
+    clock.now += 10
+    await h.reconcile()
+    assert h.condition("Serving")["status"] == "True"  # one failure: re-checked in 2 s rather than reported
+    assert h.status["serving"]["passing"] == 0
+    clock.now += 2
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("False", "PairsFailing")
+    assert "m-prefill-a->m-decode-a: decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT" in serving["message"]
+    assert h.condition("Ready")["reason"] == "ServingFailed" and h.status["phase"] == "Degraded"
+    # Both engines serve nothing; the newest incarnation is replaced (here: equal start, the later name wins).
+    remaining = {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)}
+    assert len(remaining & {"m-prefill-a", "m-decode-a"}) == 1
+    assert h.status["serving"]["lastRemediation"]["action"] == "RecreatedEngine"
+    assert [r for r in reasons(h) if r in ("NotServing", "RecreatedEngine")] == ["RecreatedEngine", "NotServing"]
+    # Within the cooldown nothing else is deleted, however often the check runs.
+    clock.now += 10
+    await h.reconcile()
+    assert len({p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)}) == 2
+
+
+async def test_report_only_remediation_deletes_nothing_and_says_what_it_would_do() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "remediation: {action: Report}")
+    h, frontend, clock = await _serving(document)
+    frontend.behaviour = lambda p, d: False
+    for _ in range(3):
+        clock.now += 10
+        await h.reconcile()
+    assert {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)} >= {"m-prefill-a", "m-decode-a"}
+    held = [e for e in h.events() if e["reason"] == "RemediationHeld"]
+    assert len(held) == 1 and "would replace pod" in held[0]["message"] and "action is Report" in held[0]["message"]
+
+
+async def test_a_restarted_engine_is_unready_until_its_pairs_pass_again() -> None:
+    h, _frontend, clock = await _serving()
+    restart(h.server, "m-decode-a")
+    await h.reconcile()  # the Deployment's ready count changed: a pass, not yet a round
+    assert gate(h, "m-decode-a")["status"] == "False" and gate(h, "m-decode-a")["reason"] == "Restarted"
+    assert "EngineRestarted" in reasons(h)
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert gate(h, "m-decode-a")["status"] == "True"
+    assert gate(h, "m-decode-a")["message"].startswith("restarts=1; ")
+
+
+async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
+    h, frontend, clock = await _serving()
+    frontend.reachable = False
+    clock.now += 10
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("Unknown", "CheckFailed")
+    assert "did not answer the check" in serving["message"]
+    assert h.condition("Ready")["reason"] == "NotServing"
+
+
+async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
+    document = MINIMAL.replace(
+        "decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {failureThreshold: 1}}"
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    decode = h.server.get("Deployment", NAMESPACE, "m-decode")
+    assert "readinessGates" not in decode["spec"]["template"]["spec"]
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("True", "EndpointServes")
+    assert "which prefill/decode pairs work is only known with the operator's frontend" in serving["message"]
+    assert h.status["phase"] == "Ready" and "servingReplicas" not in h.status["decode"]
+    frontend.completions_ok = False
+    clock.now += 10
+    await h.reconcile()
+    assert (h.condition("Serving")["status"], h.condition("Serving")["reason"]) == ("False", "EndpointFailing")
+    assert h.status["phase"] == "Degraded" and h.condition("Degraded")["reason"] == "ServingFailed"
+
+
+async def test_report_mode_reports_serving_but_ready_means_pods() -> None:
+    document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: Report}}")
+    h, _frontend, _clock = checked_harness(deployment_document(document), completions_ok=False)
+    await h.reconcile()
+    h.settle()
+    await h.reconcile()
+    assert h.condition("Serving")["reason"] == "NoFrontend"
+    assert h.condition("Serving")["status"] == "False" and h.status["phase"] == "Ready"
+
+
+async def test_off_mode_is_unknown_with_the_reason() -> None:
+    document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: 'Off'}}")
+    h, frontend, _clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    h.settle()
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("Unknown", "CheckDisabled")
+    assert h.status["phase"] == "Ready" and frontend.completions == 0
+
+
+async def test_no_frontend_pod_is_not_serving() -> None:
+    h, _frontend, _clock = checked_harness(deployment_document(MINIMAL))
+    await h.reconcile()
+    h.settle()
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("False", "NoFrontend")
+    assert h.condition("Ready")["reason"] == "NotServing" and h.status["phase"] == "Progressing"
+
+
+async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_then_undrained() -> None:
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}").replace(
+        "decode: {replicas: 1}", "decode: {replicas: 2}"
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    for name, role in (
+        ("m-prefill-a", "prefill"),
+        ("m-prefill-b", "prefill"),
+        ("m-decode-a", "decode"),
+        ("m-decode-b", "decode"),
+    ):
+        h.server.create(make_pod("m", name, role, gated=True))
+    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
+        h.server.create(make_pod("m", name, "router", ip=ip))
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert h.condition("Serving")["status"] == "True" and h.status["serving"]["pairs"] == 4
+    frontend.behaviour = lambda p, d: "timeout" if (p, d) == ("m-prefill-a", "m-decode-a") else True
+    clock.now += 10
+    await h.reconcile()
+    clock.now += 2
+    await h.reconcile()
+    # Drained on both frontend replicas; the other three pairs serve, so Serving holds and Degraded says why.
+    assert sorted(frontend.drains) == [
+        ("10.9.0.1", "m-prefill-a", "m-decode-a"),
+        ("10.9.0.2", "m-prefill-a", "m-decode-a"),
+    ]
+    assert h.condition("Serving")["status"] == "False"  # the round that drained it still saw it routable
+    clock.now += 10
+    await h.reconcile()
+    assert h.condition("Serving")["status"] == "True" and "1 failing pairs drained" in h.condition("Serving")["message"]
+    assert h.condition("Degraded")["reason"] == "PairsDrained" and h.status["serving"]["drained"] == 1
+    assert len(h.server.objects("Pod", NAMESPACE)) == 6  # nothing deleted: both engines serve in other pairs
+    frontend.behaviour = lambda p, d: True
+    clock.now += 10
+    await h.reconcile()
+    assert frontend.undrains and h.condition("Degraded")["status"] == "False"
+    assert "UndrainedPairs" in reasons(h)
+
+
+async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_reports_it() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
+    h, _frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    # The old revision serves (the planner's label for the new one is "" here: it renders none yet).
+    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert h.condition("Serving")["status"] == "True"
+    # The new revision's decode comes up first: it passes nothing (no new prefill yet) and stays unready.
+    h.server.create(make_pod("m", "m-decode-new", "decode", gated=True))
+    await h.reconcile()
+    assert gate(h, "m-decode-new") == {}
+    rollout = h.status["rollout"]
+    assert rollout["state"] == "RollingOut" and rollout["revision"] == ""
+    assert {r["revision"]: (r["prefill"], r["decode"], r["waitingDecode"]) for r in rollout["revisions"]} == {
+        "old": (1, 1, 0),
+        "": (0, 0, 1),
+    }
+    assert "older revisions old serve meanwhile" in rollout["waitingFor"]
+    # Its prefill comes up: the new pair passes, both are admitted in the same pass.
+    h.server.create(make_pod("m", "m-prefill-new", "prefill", gated=True))
+    await h.reconcile()
+    assert gate(h, "m-decode-new")["status"] == "True" and gate(h, "m-prefill-new")["status"] == "True"
+    # The Deployments remove the old pods: the rollout is complete.
+    for name in ("m-prefill-old", "m-decode-old"):
+        h.server.remove("Pod", NAMESPACE, name)
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert h.status["rollout"]["state"] == "Complete" and h.condition("Serving")["status"] == "True"
+
+
+async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revision_keeps_serving() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500 KV cache layout mismatch"
+    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    for _ in range(8):
+        clock.now += 10
+        await h.reconcile()
+    degraded = h.condition("Degraded")
+    assert degraded["reason"] == "RolloutStuck", degraded
+    assert "the rollout to pairing revision  has not completed in 60 s" in degraded["message"]
+    assert h.status["rollout"]["state"] == "Stuck"
+    assert h.condition("Serving")["status"] == "True"  # the old pair still serves
+    assert gate(h, "m-decode-new") == {} and gate(h, "m-prefill-new") == {}
