@@ -152,6 +152,8 @@ LEADER_WORKER_SET = Kind(
     "needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use nodesPerReplica 1",
 )
 POD = Kind("Pod", "v1", "pods")
+REPLICA_SET = Kind("ReplicaSet", "apps/v1", "replicasets")
+"""Read only: where a rollback finds the pod template of the revision it goes back to."""
 EVENT = Kind("Event", "v1", "events")
 DISAGG_DEPLOYMENT = Kind(KIND, API_VERSION, PLURAL)
 
@@ -167,5 +169,5 @@ CHILD_KINDS: tuple[Kind, ...] = (
 """Every kind the operator creates, in apply order (identities and configuration before the pods that use them).
 Only these are watched, listed and ever pruned."""
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, EVENT, DISAGG_DEPLOYMENT)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, REPLICA_SET, EVENT, DISAGG_DEPLOYMENT)}
 """Every kind the operator reads or writes, by name."""

@@ -112,6 +112,9 @@ class RolloutStatus(StatusModel):
     rolled_back_generation: int | None = Field(
         default=None, description="With onStuck Rollback: the spec generation whose rollout was rolled back."
     )
+    rolled_back_to: str | None = Field(
+        default=None, description="The pairing revision the pools were rolled back to (while that spec stands)."
+    )
 
 
 class DisaggDeploymentStatus(StatusModel):

@@ -17,9 +17,10 @@ from typing import Any
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.serving import CheckMode
 from disagg.api.validate import validate_deployment
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, children_selector
+from disagg.health.rollback import template_of, template_revision
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, POOLS, REPLICA_SET, children_selector
 from disagg.plan import build_plan
-from disagg.plan.model import DeploymentPlan
+from disagg.plan.model import DeploymentPlan, WorkloadPlan
 from disagg.render import render_plan
 
 from . import metrics
@@ -62,6 +63,17 @@ class PassState:
     pods: list[dict[str, Any]] = field(default_factory=list)
     scaling: ScaleReport = field(default_factory=ScaleReport)
     serving: ServingReport | None = None
+    held: str | None = None
+    """The pairing revision a rollback holds the pools at (their previous pod templates), or None."""
+
+
+def held_revision(previous: dict[str, Any], generation: int | None) -> str | None:
+    """A rollback holds while the spec is the one whose rollout was rolled back (onStuck: Rollback)."""
+    rollout = previous.get("rollout") or {}
+    if generation is not None and rollout.get("rolledBackGeneration") == generation:
+        revision = rollout.get("rolledBackTo")
+        return str(revision) if revision is not None else None
+    return None
 
 
 class Reconciler:
@@ -166,12 +178,42 @@ class Reconciler:
 
         plan = build_plan(result.deployment, namespace, self.serving_default)
         state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
-        if not await self._apply(state, render_plan(plan)):
+        state.held = held_revision(previous, generation) if plan.serving.gated else None
+        desired = render_plan(plan)
+        if state.held is not None:
+            await self._hold_templates(state, desired, state.held)
+        if not await self._apply(state, desired):
             return "gone"  # the namespace and everything in it is going away
         await self._prune(state)
         await self._observe(state, result.deployment.spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices)
         return "retry" if state.apply_errors or state.missing_apis else "ok"
+
+    async def _hold_templates(self, state: PassState, desired: list[dict[str, Any]], revision: str) -> None:
+        """Keep the pool Deployments on the pod template of `revision` (from their ReplicaSets) instead of the
+        spec's: a rolled back rollout stays rolled back until the spec changes."""
+        pools: dict[ChildKey, WorkloadPlan] = {
+            (w.kind, w.name): w for w in state.plan.workloads if w.role in POOLS and w.kind == "Deployment"
+        }
+        for obj in desired:
+            workload = pools.get(child_key(obj))
+            if workload is None:
+                continue
+            live_template = (state.live.get(child_key(obj)) or {}).get("spec", {}).get("template") or {}
+            template: dict[str, Any] | None = live_template if template_revision(live_template) == revision else None
+            if template is None:
+                try:
+                    selector = ",".join(f"{k}={v}" for k, v in sorted(workload.selector.items()))
+                    replica_sets = await self.kube.list(REPLICA_SET.name, state.key[0], selector)
+                except KubeError as exc:
+                    raise RetryLater(f"listing ReplicaSets to roll back {workload.name}: {exc}") from exc
+                template = template_of(replica_sets, revision)
+            if template is None:
+                state.apply_errors.append(
+                    f"rolling back {workload.name}: no ReplicaSet runs pairing revision {revision} any more"
+                )
+                continue
+            obj["spec"]["template"] = template
 
     async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
         """Server-side apply every desired object, in apply order. False when the namespace is being deleted."""
@@ -235,7 +277,9 @@ class Reconciler:
     async def _observe(self, state: PassState, spec: DisaggDeploymentSpec) -> None:
         """What the children's pods say, and the scaler's step (which may change replicas)."""
         state.pods = await self._list_pods(*state.key)
-        state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors)
+        rollout = ((state.owner.get("status") or {}).get("rollout") or {}).get("state")
+        hold = f"a rollout of the pairing revision is {rollout}" if rollout in ("RollingOut", "Stuck") else None
+        state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors, hold)
         state.notices += state.scaling.notices
         state.serving = await self._check_serving(state)
         if state.serving is not None:
@@ -245,7 +289,7 @@ class Reconciler:
         if self.serving is None:
             return None
         try:
-            report = await self.serving.step(state.key, state.plan, state.live, state.pods, self.clock())
+            report = await self.serving.step(state.key, state.plan, state.live, state.pods, self.clock(), state.held)
         except KubeError as exc:
             if exc.transient:
                 raise RetryLater(f"serving check: {exc}") from exc
@@ -253,6 +297,23 @@ class Reconciler:
             return None
         if report.due_in is not None:
             self.queue.add_after(state.key, report.due_in)
+        generation = state.owner["metadata"].get("generation")
+        if report.rollout is not None:
+            if state.held is not None:
+                report.rollout = {**report.rollout, "rolledBackGeneration": generation, "rolledBackTo": state.held}
+            elif (
+                to := report.rollout.pop("rollbackTo", None)
+            ) is not None and state.plan.serving.on_stuck == "Rollback":
+                report.rollout = {**report.rollout, "rolledBackGeneration": generation, "rolledBackTo": to}
+                report.notices.append(
+                    Notice(
+                        "Warning",
+                        "RollingBack",
+                        f"the rollout is stuck; going back to pairing revision {to} (spec.serving.rollout.onStuck: "
+                        "Rollback); it holds until the spec changes",
+                    )
+                )
+                self.queue.add(state.key)  # the next pass applies the previous templates
         return report
 
     def _status_inputs(self, state: PassState) -> StatusInputs:
@@ -291,11 +352,13 @@ class Reconciler:
         live: dict[ChildKey, dict[str, Any]],
         pods: list[dict[str, Any]],
         apply_errors: list[str],
+        hold: str | None = None,
     ) -> ScaleReport:
+        """`hold`: why scale-downs wait (a rollout of the pairing revision in progress), or None."""
         if self.autoscaler is None:
             return ScaleReport()
         try:
-            report = await self.autoscaler.step(key, spec, plan, live, pods, self.clock())
+            report = await self.autoscaler.step(key, spec, plan, live, pods, self.clock(), hold)
         except KubeError as exc:
             if exc.transient:
                 raise RetryLater(f"scaling: {exc}") from exc

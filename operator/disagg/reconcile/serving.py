@@ -19,6 +19,7 @@ from typing import Any
 from disagg.health.admission import decide_admissions, revision_counts
 from disagg.health.pods import EnginePod, engine_pods, gate_message
 from disagg.health.remediation import Memory, Plan, plan_remediation
+from disagg.health.rollback import rollback_revision
 from disagg.health.sample import choose_pairs
 from disagg.health.verdict import CheckState, PairRecord, Verdict, judge, not_checked
 from disagg.names import LABEL_ROLE, POOLS, SERVING_GATE, PoolName
@@ -120,7 +121,9 @@ class ServingChecker:
         live: dict[ChildKey, dict[str, Any]],
         pods: list[dict[str, Any]],
         stamp: str,
+        held: str | None = None,
     ) -> ServingReport:
+        """`held`: the revision a rollback holds the pools at (instead of the spec's), or None."""
         serving = plan.serving
         memory = self.memory.setdefault(key, _Memory())
         now = self.wall_clock()
@@ -144,15 +147,15 @@ class ServingChecker:
         if serving.gated:
             notices += await self._revoke_restarted(key[0], engines)
         desired = desired_replicas(plan, live)
-        target = target_revision(plan)
+        target = target_revision(plan) if held is None else held
         unprobed = [e for e in engines if (e.candidate or e.routable) and (e.name, e.restarts) not in memory.probed]
         frontends = tuple(self._frontends(serving, pods))
         changed = frontends != memory.frontends
         memory.frontends = frontends
         if now < memory.next_due and not unprobed and not changed and memory.last is not None:
             report = replace(memory.last, notices=notices, due_in=max(memory.next_due - now, 0.1))
-            report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, report.rollout)
-            report.degraded = [d for d in report.degraded if d[0] != "RolloutStuck"] + stuck
+            report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, held)
+            report.degraded = [d for d in report.degraded if d[0] not in ("RolloutStuck", "RolledBack")] + stuck
             return report
 
         started = time.monotonic()
@@ -185,7 +188,7 @@ class ServingChecker:
                     ],
                 )
             )
-        report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, None)
+        report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, held)
         report.degraded += stuck
         self._export(key, serving, verdict)
         due = RECHECK_SECONDS if verdict.suspect else serving.interval
@@ -411,9 +414,9 @@ class ServingChecker:
                 "prefill": f.pair.prefill,
                 "decode": f.pair.decode,
                 "revision": f.revision,
-                "since": f.record.since,
                 "error": f.record.error,
                 "drained": f.record.drained,
+                **({"since": f.record.since} if f.record.since else {}),  # the CRD's fields are not nullable
             }
             for f in verdict.failing[:MAX_STATUS_PAIRS]
         ]
@@ -432,7 +435,7 @@ class ServingChecker:
         serving: ServingPlan,
         now: float,
         stamp: str,
-        previous: dict[str, Any] | None,
+        held: str | None,
     ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         rows = revision_counts(engines)
         others = [revision for revision, row in rows if revision != target and any(row.values())]
@@ -455,7 +458,18 @@ class ServingChecker:
                 f"{', '.join(others)} serve meanwhile"
             )
         stuck: list[tuple[str, str]] = []
-        if (
+        rollback_to = None
+        if held is not None:
+            state = "RolledBack"
+            stuck.append(
+                (
+                    "RolledBack",
+                    f"the rollout of the spec's pairing revision was stuck and is rolled back to revision {held} "
+                    "(spec.serving.rollout.onStuck: Rollback); the pools run the previous pod templates until the "
+                    "spec changes",
+                )
+            )
+        elif (
             state == "RollingOut"
             and memory.rollout_started is not None
             and now - memory.rollout_started > serving.progress_deadline
@@ -468,6 +482,8 @@ class ServingChecker:
                     f"{serving.progress_deadline:.0f} s ({waiting})",
                 )
             )
+            if serving.on_stuck == "Rollback":
+                rollback_to = rollback_revision(engines, target)
         status: dict[str, Any] = {
             "revision": target,
             "state": state,
@@ -486,6 +502,8 @@ class ServingChecker:
             status["startedTime"] = memory.rollout_started_text
         if waiting:
             status["waitingFor"] = waiting
+        if rollback_to is not None:
+            status["rollbackTo"] = rollback_to
         return status, stuck
 
     def _export(self, key: Key, serving: ServingPlan, verdict: Verdict) -> None:

@@ -303,3 +303,72 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     assert h.status["rollout"]["state"] == "Stuck"
     assert h.condition("Serving")["status"] == "True"  # the old pair still serves
     assert gate(h, "m-decode-new") == {} and gate(h, "m-prefill-new") == {}
+
+
+async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the_spec_says_so() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m, onStuck: Rollback}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    for role in ("prefill", "decode"):
+        # What the Deployment controller kept of the previous template: its ReplicaSet, with its own hash label.
+        template = h.server.get("Deployment", NAMESPACE, f"m-{role}")["spec"]["template"]
+        template["metadata"]["labels"].update({"disagg.dev/pairing-revision": "old", "pod-template-hash": "h1"})
+        template["spec"]["containers"][0]["image"] = "vllm:old"
+        h.server.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"m-{role}-h1",
+                    "namespace": NAMESPACE,
+                    "labels": {"disagg.dev/deployment": "m", "disagg.dev/role": role},
+                    "annotations": {"deployment.kubernetes.io/revision": "1"},
+                },
+                "spec": {"template": template},
+            }
+        )
+    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
+    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    for _ in range(8):
+        clock.now += 10
+        await h.reconcile()
+    rollout = h.status["rollout"]
+    assert (rollout["state"], rollout["rolledBackTo"], rollout["rolledBackGeneration"]) == ("RolledBack", "old", 1)
+    decode = h.server.get("Deployment", NAMESPACE, "m-decode")
+    labels = decode["spec"]["template"]["metadata"]["labels"]
+    assert labels["disagg.dev/pairing-revision"] == "old" and "pod-template-hash" not in labels
+    assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
+    assert h.condition("Degraded")["reason"] == "RolledBack"
+    assert "RollingBack" in reasons(h)
+    # A new spec is a new rollout: the spec's template is applied again.
+    h.edit_spec(lambda spec: spec["decode"].update(replicas=2))
+    await h.reconcile()
+    decode = h.server.get("Deployment", NAMESPACE, "m-decode")
+    assert decode["spec"]["template"]["spec"]["containers"][0]["image"] != "vllm:old"
+
+
+async def test_without_rollback_a_stuck_rollout_keeps_the_spec_templates() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    before = h.server.get("Deployment", NAMESPACE, "m-decode")["spec"]["template"]
+    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
+    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    h.settle()
+    kubelet(h.server)
+    frontend.behaviour = lambda p, d: p.endswith("old")
+    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    for _ in range(8):
+        clock.now += 10
+        await h.reconcile()
+    assert h.status["rollout"]["state"] == "Stuck" and "rolledBackTo" not in h.status["rollout"]
+    assert h.server.get("Deployment", NAMESPACE, "m-decode")["spec"]["template"] == before
