@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from e2e.pdsim import SimError, serve_engines
 
-from tests.unit.frontend.harness import config, free_port, sim_engines, stack
+from tests.unit.frontend.harness import config, engines_for, free_port, sim_engines, stack
 
 PROMPT = " ".join(f"w{i}" for i in range(100))
 
@@ -243,6 +243,36 @@ async def test_probe_finds_a_broken_pair_and_drain_takes_it_out() -> None:
         listing = await pairs.json()
     assert served == {"decode-0"}
     assert [p["drained"] for p in listing["pairs"]] == [False, True]
+
+
+async def test_a_candidate_is_probed_on_request_and_listed_but_never_serves_users() -> None:
+    from dataclasses import replace as with_
+
+    prefills, decodes = sim_engines("nixl", decodes=2)
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+        engines = engines_for(prefills, decodes)  # the sims' ports are known once they serve
+        s.frontend.set_engines([with_(e, candidate=True) if e.name == "decode-1" else e for e in engines])
+        served = {
+            (await s.post("/v1/completions", {"prompt": "x", "max_tokens": 1}))[2]["X-Disagg-Decode"] for _ in range(4)
+        }
+        listed = await (await s.session.get(s.url + "/disagg/v1/pairs?candidates=true")).json()
+        plain = await (await s.session.get(s.url + "/disagg/v1/pairs")).json()
+        _, report, _ = await s.post(
+            "/disagg/v1/probe", {"pairs": [{"prefill": "prefill-0", "decode": "decode-1"}], "deadline_seconds": 5}
+        )
+        _, everything, _ = await s.post("/disagg/v1/probe", {"pairs": "all", "include_candidates": True})
+    assert served == {"decode-0"}
+    assert [(p["decode"], p.get("candidate", False)) for p in listed["pairs"]] == [
+        ("decode-0", False),
+        ("decode-1", True),
+    ]
+    assert [p["decode"] for p in plain["pairs"]] == ["decode-0"]
+    (result,) = report["results"]
+    assert (result["ok"], result["candidate"], result["kv_transferred"]) == (True, True, True), result["error"]
+    assert sorted((r["decode"], r["candidate"]) for r in everything["results"]) == [
+        ("decode-0", False),
+        ("decode-1", True),
+    ]
 
 
 async def test_disagg_frontend_serves_moriio_engines_that_registered_over_zmq() -> None:
