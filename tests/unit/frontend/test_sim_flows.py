@@ -275,6 +275,27 @@ async def test_a_candidate_is_probed_on_request_and_listed_but_never_serves_user
     ]
 
 
+async def test_the_simulator_reproduces_stale_peers_as_measured_on_vllm() -> None:
+    """D105: a restarted prefill under the same engine id wedges its decode; a restarted decode heals itself."""
+    prefills, decodes = sim_engines("nixl")
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+
+        async def probe() -> dict[str, object]:
+            _, report, _ = await s.post("/disagg/v1/probe", {"pairs": "all", "deadline_seconds": 5})
+            (result,) = report["results"]
+            return dict(result)
+
+        assert (await probe())["ok"] is True
+        decodes[0].restart()
+        assert (await probe())["ok"] is True
+        prefills[0].restart()
+        broken = await probe()
+        assert broken["ok"] is False and "NIXL_ERR_REMOTE_DISCONNECT" in str(broken["error"])
+        assert (await probe())["ok"] is False  # it stays broken: nothing re-handshakes
+        decodes[0].restart()  # only a fresh decode (or a new prefill engine id) clears it
+        assert (await probe())["ok"] is True
+
+
 async def test_disagg_frontend_serves_moriio_engines_that_registered_over_zmq() -> None:
     """`disagg frontend --discovery moriio-registration` as a process: engines announce themselves, then serve."""
     import subprocess
