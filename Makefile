@@ -69,7 +69,7 @@ cluster-down: ## stop it and remove its state
 cluster-status: ## report whether the local control plane is up and healthy
 	$(RUN) python -m e2e.localcluster status
 
-golden: dev ## regenerate tests/golden from examples/ (review the diff before committing)
+golden: dev ## regenerate tests/golden from examples/ (a change detector: give a changed behaviour its own test first)
 	for f in examples/*.yaml; do $(RUN) disagg render -n default -f $$f > tests/golden/$$(basename $$f); done
 
 bench: dev ## render benchmark (docs/performance.md records the figures)

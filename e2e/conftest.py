@@ -24,6 +24,7 @@ from e2e.localcluster import cluster
 from e2e.localcluster.config import BUILD_SCRIPT, REPO_ROOT, BinDir, default_state_dir, real_node_wanted
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import RBAC_DIR, OperatorProcess, install_crd, token_kubeconfig
+from e2e.prerequisites import unavailable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,7 +55,7 @@ def _require_binaries(bins: BinDir) -> None:
     if bins.is_complete():
         return
     if not os.environ.get("CI"):
-        pytest.skip(
+        unavailable(
             f"control-plane binaries not built in {bins.path}; run `make cluster-build` "
             f"(or {BUILD_SCRIPT.relative_to(REPO_ROOT)}; 15-25 min cold on 2 cores, cached afterwards), "
             "or set DISAGG_E2E_KUBECONFIG to use an existing cluster"

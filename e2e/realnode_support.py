@@ -26,6 +26,7 @@ from e2e.localcluster import realnode
 from e2e.localcluster.components import Layout
 from e2e.localcluster.config import REPO_ROOT, BinDir, default_state_dir
 from e2e.localcluster.testing import KubeCluster, wait_for
+from e2e.prerequisites import unavailable
 
 CHART = REPO_ROOT / "charts" / "disagg-operator"
 # NIXL pull with real vLLM CPU engines: the DisaggDeployment of the real-engine tier and of `make demo REAL_ENGINES=1`.
@@ -42,13 +43,6 @@ TOLERATION = {
     "value": realnode.TAINT["value"],
     "effect": "NoSchedule",
 }
-
-
-def unavailable(reason: str) -> None:
-    """Fail in CI, skip elsewhere: a missing prerequisite must never look like a pass."""
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def require_real_node(kube: KubeCluster) -> None:

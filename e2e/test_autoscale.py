@@ -17,6 +17,7 @@ import pytest
 
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import condition, status_of
+from e2e.prerequisites import unavailable
 from e2e.prometheus import Prometheus
 from e2e.vllm_sim import PoolLoad, SimEngine
 
@@ -97,7 +98,7 @@ class FakeEngines:
 
 def _require_local(kube: KubeCluster) -> None:
     if not kube.local:
-        pytest.skip("serving a pod's metrics from the test process needs the local control plane's loopback pod IPs")
+        unavailable("serving a pod's metrics from the test process needs the local control plane's loopback pod IPs")
 
 
 @pytest.fixture

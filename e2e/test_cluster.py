@@ -21,6 +21,7 @@ from e2e.localcluster import realnode
 from e2e.localcluster.config import NODES_FILE, read_versions, real_node_wanted
 from e2e.localcluster.testing import KubeCluster, KubectlError, wait_for
 from e2e.operator_support import token_kubeconfig
+from e2e.prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -220,7 +221,7 @@ def test_leaderworkerset_groups_become_available(kube_cluster: KubeCluster, name
     if not _lws_served(kube_cluster):
         if kube_cluster.local and os.environ.get("DISAGG_E2E_LWS", "1") != "0":
             pytest.fail("the local cluster should serve the LeaderWorkerSet API")
-        pytest.skip("LeaderWorkerSet API not installed in this cluster")
+        unavailable("the LeaderWorkerSet API is not installed in this cluster")
     lws: dict[str, Any] = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",

@@ -38,6 +38,7 @@ from e2e.operator_support import (
     wait_phase,
     with_test_images,
 )
+from e2e.prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -85,7 +86,7 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
         elif os.environ.get("DISAGG_E2E_KUBECONFIG") and shutil.which("helm"):
             return Helm(Path(str(shutil.which("helm"))), tmp_path_factory.mktemp("helm-home"))
         else:
-            pytest.skip("helm not built: run `make cluster-build` (it builds the pinned helm with the cluster)")
+            unavailable("helm not built: run `make cluster-build` (it builds the pinned helm with the cluster)")
     return Helm(bins.binary("helm"), tmp_path_factory.mktemp("helm-home"))
 
 
@@ -335,8 +336,8 @@ def _image_values() -> list[str]:
     return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
 
 
-@pytest.fixture(scope="module")
-def release(kube_cluster: KubeCluster, helm: Helm) -> Iterator[Release]:
+def _install(kube: KubeCluster, helm: Helm) -> Release:
+    """A fresh release of the chart, watching two namespaces of its own, in a namespace enforcing "restricted"."""
     suffix = uuid.uuid4().hex[:6]
     name = f"dd-helm-{suffix}"
     rel = Release(
@@ -353,25 +354,34 @@ def release(kube_cluster: KubeCluster, helm: Helm) -> Iterator[Release]:
         fullname=f"{name}-disagg-operator",
     )
     _namespace(
-        kube_cluster,
+        kube,
         rel.namespace,
         {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"},
     )
     for namespace in [*rel.watched, rel.unwatched]:
-        _namespace(kube_cluster, namespace)
-    kubeconfig = kube_cluster.kubeconfig
+        _namespace(kube, namespace)
     helm.ok(
         "install", rel.name, str(CHART), "--namespace", rel.namespace, *rel.values, "--wait", "--timeout", "3m",
-        kubeconfig=kubeconfig,
+        kubeconfig=kube.kubeconfig,
     )  # fmt: skip
+    return rel
+
+
+def _remove(kube: KubeCluster, helm: Helm, rel: Release) -> None:
+    helm.run("uninstall", rel.name, "--namespace", rel.namespace, "--wait", kubeconfig=kube.kubeconfig)
+    for namespace in [rel.namespace, *rel.watched, rel.unwatched]:
+        kube.run("delete", "namespace", namespace, "--wait=false")
+    for namespace in [rel.namespace, *rel.watched, rel.unwatched]:
+        kube.run("wait", "--for=delete", f"namespace/{namespace}", "--timeout=120s")
+
+
+@pytest.fixture(scope="module")
+def release(kube_cluster: KubeCluster, helm: Helm) -> Iterator[Release]:
+    rel = _install(kube_cluster, helm)
     try:
         yield rel
     finally:
-        helm.run("uninstall", rel.name, "--namespace", rel.namespace, "--wait", kubeconfig=kubeconfig)
-        for namespace in [rel.namespace, *rel.watched, rel.unwatched]:
-            kube_cluster.run("delete", "namespace", namespace, "--wait=false")
-        for namespace in [rel.namespace, *rel.watched, rel.unwatched]:
-            kube_cluster.run("wait", "--for=delete", f"namespace/{namespace}", "--timeout=120s")
+        _remove(kube_cluster, helm, rel)
 
 
 @pytest.fixture(scope="module")
@@ -399,8 +409,50 @@ def _apply_example(kube: KubeCluster, namespace: str) -> str:
     return str(document["metadata"]["name"])
 
 
+def _ready_example(kube: KubeCluster, namespace: str) -> str:
+    """The example in `namespace` (applied again when it is there already), with a spec change the operator must
+    have reconciled: Ready at the new generation, so a status left over from before cannot pass for it."""
+    document = with_test_images(yaml.safe_load(EXAMPLE.read_text()))
+    document["spec"]["prefill"]["podAnnotations"] = {"e2e/generation-poke": uuid.uuid4().hex[:8]}
+    kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
+    name = str(document["metadata"]["name"])
+
+    def current() -> dict[str, Any] | None:
+        found = kube.get("dd", name, "-n", namespace)
+        status = found.get("status") or {}
+        at_generation = status.get("observedGeneration") == found["metadata"]["generation"]
+        return status if at_generation and status.get("phase") == "Ready" else None
+
+    wait_for(f"{namespace}/{name} Ready at its new generation", current, timeout=120)
+    return name
+
+
+FORBIDDEN = re.compile(r"\bforbidden\b|\b403 Forbidden\b", re.IGNORECASE)
+"""A refusal in the operator's log (timestamps carry milliseconds, so a bare "403" proves nothing)."""
+
+
+def _log_since(operator: OperatorProcess, offset: int) -> str:
+    return operator.log_path.read_bytes()[offset:].decode(errors="replace")
+
+
+def _log_size(operator: OperatorProcess) -> int:
+    return operator.log_path.stat().st_size if operator.log_path.exists() else 0
+
+
+def _restorable(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as it can be created again: without the fields the server sets."""
+    metadata = {
+        key: value
+        for key, value in obj["metadata"].items()
+        if key not in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
+    }
+    return {**obj, "metadata": metadata}
+
+
 class TestOnCluster:
-    """In order: install, run, RBAC failures, upgrade, uninstall (each step builds on the previous one)."""
+    """Each test stands on its own on the module's release, in any order or alone: the example is brought to
+    Ready by whichever test needs it, a test that breaks the RBAC puts it back, and the uninstall test removes a
+    release of its own."""
 
     def test_install_is_admitted_under_restricted_pod_security(
         self, kube_cluster: KubeCluster, release: Release
@@ -427,21 +479,22 @@ class TestOnCluster:
         self, kube_cluster: KubeCluster, release: Release, operator: OperatorProcess
     ) -> None:
         watched = release.watched[0]
-        name = _apply_example(kube_cluster, watched)
-        status = wait_phase(kube_cluster, watched, name, "Ready", timeout=120)
+        offset = _log_size(operator)
+        name = _ready_example(kube_cluster, watched)
+        status = status_of(kube_cluster, watched, name)
         assert status["prefillReady"] == "1/1" and status["decodeReady"] == "1/1"
         assert ("Deployment", f"{name}-router") in children(kube_cluster, watched, name)
-        log = operator.log_path.read_text(errors="replace")
+        log = _log_since(operator, offset)
         assert "Not enough permissions" not in log, log  # kopf found everything it looks for at cluster scope
-        assert "403" not in log, log
+        refusals = [line for line in log.splitlines() if FORBIDDEN.search(line)]
+        assert not refusals, refusals
 
     def test_an_unwatched_namespace_is_left_alone_and_out_of_reach(
         self, kube_cluster: KubeCluster, release: Release, operator: OperatorProcess
     ) -> None:
         name = _apply_example(kube_cluster, release.unwatched)
         second = release.watched[1]
-        _apply_example(kube_cluster, second)
-        wait_phase(kube_cluster, second, name, "Ready", timeout=120)  # the operator is busy meanwhile
+        _ready_example(kube_cluster, second)  # the operator is busy meanwhile
         assert status_of(kube_cluster, release.unwatched, name) == {}
         assert children(kube_cluster, release.unwatched, name) == {}
         identity = f"system:serviceaccount:{release.namespace}:{release.service_account}"
@@ -454,42 +507,57 @@ class TestOnCluster:
         self, kube_cluster: KubeCluster, release: Release, operator: OperatorProcess
     ) -> None:
         watched = release.watched[0]
-        name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
+        name = _ready_example(kube_cluster, watched)
         role = kube_cluster.get("role", release.fullname, "-n", watched)
-        index = next(i for i, rule in enumerate(role["rules"]) if "services" in rule["resources"])
-        verbs = [verb for verb in role["rules"][index]["verbs"] if verb != "patch"]
-        patch = [{"op": "replace", "path": f"/rules/{index}/verbs", "value": verbs}]
-        kube_cluster.kubectl("patch", "role", release.fullname, "-n", watched, "--type=json", "-p", json.dumps(patch))
-        kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=1")
+        try:
+            index = next(i for i, rule in enumerate(role["rules"]) if "services" in rule["resources"])
+            verbs = [verb for verb in role["rules"][index]["verbs"] if verb != "patch"]
+            patch = [{"op": "replace", "path": f"/rules/{index}/verbs", "value": verbs}]
+            kube_cluster.kubectl(
+                "patch", "role", release.fullname, "-n", watched, "--type=json", "-p", json.dumps(patch)
+            )
+            kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=1")
 
-        # Without `patch` on services the apply fails, and the status says so, naming the object and the verb.
-        status = wait_phase(kube_cluster, watched, name, "Degraded", timeout=60)
-        degraded = condition(status, "Degraded")
-        assert degraded["reason"] == "ApplyFailed", degraded
-        assert f"Service/{name}" in degraded["message"] and "403 Forbidden" in degraded["message"], degraded
-        assert 'cannot patch resource "services"' in degraded["message"], degraded
+            # Without `patch` on services the apply fails, and the status says so, naming the object and the verb.
+            status = wait_phase(kube_cluster, watched, name, "Degraded", timeout=60)
+            degraded = condition(status, "Degraded")
+            assert degraded["reason"] == "ApplyFailed", degraded
+            assert f"Service/{name}" in degraded["message"] and "403 Forbidden" in degraded["message"], degraded
+            assert 'cannot patch resource "services"' in degraded["message"], degraded
 
-        # Without the Role the operator cannot even read the DisaggDeployment: the log says so, and the metric counts.
-        errors_before = metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient")
-        kube_cluster.kubectl("delete", "role", release.fullname, "-n", watched)
-        kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=2")
-        expected = f'disaggdeployments.disagg.dev "{name}" is forbidden'
+            # Without the Role the operator cannot even read the DisaggDeployment: the log says so, and the metric
+            # counts.
+            errors_before = metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient")
+            offset = _log_size(operator)
+            kube_cluster.kubectl("delete", "role", release.fullname, "-n", watched)
+            kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=2")
+            expected = f'disaggdeployments.disagg.dev "{name}" is forbidden'
 
-        def logged() -> bool:
-            return expected in operator.log_path.read_text(errors="replace")
+            def logged() -> str | None:
+                lines = [line for line in _log_since(operator, offset).splitlines() if expected in line]
+                return lines[0] if lines else None
 
-        wait_for("a 403 for the DisaggDeployment in the operator log", logged, timeout=60)
-        line = next(line for line in operator.log_path.read_text().splitlines() if expected in line)
-        assert (
-            "403 Forbidden" in line and f"system:serviceaccount:{release.namespace}:{release.service_account}" in line
-        )
-        # The first call to fail may be the read or the status write, depending on where the pass was.
-        assert re.search(r'cannot (get|patch) resource "disaggdeployments(/status)?"', line), line
-        assert metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient") > errors_before
+            line = wait_for("a 403 for the DisaggDeployment in the operator log", logged, timeout=60)
+            identity = f"system:serviceaccount:{release.namespace}:{release.service_account}"
+            assert "403 Forbidden" in line and identity in line, line
+            # The first call to fail may be the read or the status write, depending on where the pass was.
+            assert re.search(r'cannot (get|patch) resource "disaggdeployments(/status)?"', line), line
+            after = metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient")
+            assert after > errors_before
+        finally:
+            kube_cluster.run("delete", "role", release.fullname, "-n", watched, "--ignore-not-found")
+            kube_cluster.kubectl("create", "-f", "-", stdin=json.dumps(_restorable(role)))
+        _ready_example(kube_cluster, watched)  # the Role is back: so is the DisaggDeployment
 
     def test_upgrade_changes_a_value_and_restores_the_rbac(
         self, kube_cluster: KubeCluster, helm: Helm, release: Release, operator: OperatorProcess
     ) -> None:
+        watched = release.watched[0]
+        name = _ready_example(kube_cluster, watched)
+        history = json.loads(
+            helm.ok("history", release.name, "-n", release.namespace, "-o", "json", kubeconfig=kube_cluster.kubeconfig)
+        )
+        kube_cluster.kubectl("delete", "role", release.fullname, "-n", watched)  # for the upgrade to put back
         helm.ok(
             "upgrade", release.name, str(CHART), "--namespace", release.namespace, *release.values,
             "--set", "operator.workers=2", "--wait", "--timeout", "3m",
@@ -497,51 +565,50 @@ class TestOnCluster:
         )  # fmt: skip
         deployment = kube_cluster.get("deployment", release.fullname, "-n", release.namespace)
         assert "--workers=2" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        history = json.loads(
+        after = json.loads(
             helm.ok("history", release.name, "-n", release.namespace, "-o", "json", kubeconfig=kube_cluster.kubeconfig)
         )
-        assert [entry["revision"] for entry in history] == [1, 2]
-        assert history[-1]["status"] == "deployed"
+        assert after[-1]["revision"] == history[-1]["revision"] + 1
+        assert after[-1]["status"] == "deployed"
         _, namespaced = split_rules()
-        for watched in release.watched:
-            assert kube_cluster.get("role", release.fullname, "-n", watched)["rules"] == namespaced
+        for namespace in release.watched:
+            assert kube_cluster.get("role", release.fullname, "-n", namespace)["rules"] == namespaced
 
-        watched = release.watched[0]
-        name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
-        kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=3")
-        status = wait_phase(kube_cluster, watched, name, "Ready", timeout=90)
-        assert condition(status, "Degraded").get("status") != "True"
+        _ready_example(kube_cluster, watched)  # the operator can act on the DisaggDeployment again
+        assert condition(status_of(kube_cluster, watched, name), "Degraded").get("status") != "True"
 
-    def test_uninstall_leaves_only_the_crd(
-        self, kube_cluster: KubeCluster, helm: Helm, release: Release, operator: OperatorProcess
-    ) -> None:
-        operator.stop()  # its ServiceAccount is about to go
-        helm.ok(
-            "uninstall", release.name, "--namespace", release.namespace, "--wait", kubeconfig=kube_cluster.kubeconfig
-        )
-        selector = f"app.kubernetes.io/instance={release.name}"
-        namespaced = "deployments,replicasets,pods,services,serviceaccounts,configmaps,secrets,roles,rolebindings"
-        for namespace in [release.namespace, *release.watched]:
-            left = kube_cluster.get(namespaced, "-n", namespace, "-l", selector)["items"]
+    def test_uninstall_leaves_only_the_crd(self, kube_cluster: KubeCluster, helm: Helm) -> None:
+        own = _install(kube_cluster, helm)  # the module's release stays for the other tests
+        try:
+            kept = _apply_example(kube_cluster, own.watched[0])
+            helm.ok("uninstall", own.name, "--namespace", own.namespace, "--wait", kubeconfig=kube_cluster.kubeconfig)
+            selector = f"app.kubernetes.io/instance={own.name}"
+            namespaced = "deployments,replicasets,pods,services,serviceaccounts,configmaps,secrets,roles,rolebindings"
+            for namespace in [own.namespace, *own.watched]:
+                left = kube_cluster.get(namespaced, "-n", namespace, "-l", selector)["items"]
+                assert left == [], [(item["kind"], item["metadata"]["name"]) for item in left]
+            left = kube_cluster.get("clusterroles,clusterrolebindings", "-l", selector)["items"]
             assert left == [], [(item["kind"], item["metadata"]["name"]) for item in left]
-        left = kube_cluster.get("clusterroles,clusterrolebindings", "-l", selector)["items"]
-        assert left == [], [(item["kind"], item["metadata"]["name"]) for item in left]
-        releases = kube_cluster.get("secrets", "-n", release.namespace, "-l", f"owner=helm,name={release.name}")
-        assert releases["items"] == []
-        wait_for(
-            "the operator pod to go",
-            lambda: kube_cluster.get("pods", "-n", release.namespace)["items"] == [],
-            timeout=60,
-        )
-        # Helm keeps crds/ by design, so the DisaggDeployments (and what they own) survive an uninstall.
-        assert kube_cluster.get("crd", "disaggdeployments.disagg.dev")["metadata"]["name"]
-        assert kube_cluster.get("dd", "-n", release.watched[0])["items"]
+            releases = kube_cluster.get("secrets", "-n", own.namespace, "-l", f"owner=helm,name={own.name}")
+            assert releases["items"] == []
+            wait_for(
+                "the operator pod to go",
+                lambda: kube_cluster.get("pods", "-n", own.namespace)["items"] == [],
+                timeout=60,
+            )
+            # Helm keeps crds/ by design, so the DisaggDeployments (and what they own) survive an uninstall.
+            assert kube_cluster.get("crd", "disaggdeployments.disagg.dev")["metadata"]["name"]
+            assert [item["metadata"]["name"] for item in kube_cluster.get("dd", "-n", own.watched[0])["items"]] == [
+                kept
+            ]
+        finally:
+            _remove(kube_cluster, helm, own)
 
 
 def test_plain_manifests_install_and_remove(kube_cluster: KubeCluster) -> None:
     """`kubectl apply --server-side -f manifests/` as documented: namespace, CRD, RBAC and a running operator pod."""
     if kube_cluster.run("get", "namespace", "disagg-system").returncode == 0:
-        pytest.skip("namespace disagg-system already exists in this cluster; not touching it")
+        unavailable("namespace disagg-system already exists in this cluster; not touching it")
     kube_cluster.kubectl("apply", "--server-side", "-f", str(REPO / "manifests"))
     try:
         kube_cluster.kubectl(

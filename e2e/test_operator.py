@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import select
 import subprocess
 import sys
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from disagg.names import CHILD_KINDS
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import (
     REPO,
@@ -22,6 +24,7 @@ from e2e.operator_support import (
     wait_phase,
     with_test_images,
 )
+from e2e.prerequisites import unavailable
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = REPO / "examples"
@@ -260,10 +263,16 @@ def test_status_is_ready_only_when_both_pools_and_the_router_are(kube_cluster: K
     document = example("01-minimal")
     document["spec"]["decode"]["scheduling"] = {"nodeSelector": {label: "yes"}}
     apply(kube_cluster, namespace, document)
-    status = wait_for(
-        "decode to be blocked",
-        lambda: s if (s := status_of(kube_cluster, namespace, "qwen3-32b")).get("prefillReady") == "2/2" else None,
-    )
+
+    def blocked() -> dict[str, Any] | None:
+        # The scheduler marks the decode pod unschedulable some time after the pod exists; the status explains it
+        # from the next pass on. Wait for that, not just for prefill.
+        found = status_of(kube_cluster, namespace, "qwen3-32b")
+        progressing = condition(found, "Progressing")
+        explained = progressing.get("reason") == "PodsNotRunning" and "unschedulable" in progressing.get("message", "")
+        return found if found.get("prefillReady") == "2/2" and explained else None
+
+    status = wait_for("decode to be reported unschedulable", blocked, timeout=90)
     assert status["phase"] in ("Progressing", "Pending")
     assert condition(status, "Ready")["status"] == "False"
     progressing = condition(status, "Progressing")
@@ -323,7 +332,7 @@ def test_replica_topology_key_keeps_each_multi_node_replica_in_one_domain(
     nodes = kube_cluster.get("nodes", "-l", "nvidia.com/gpu.present=true")["items"]
     zones = {node["metadata"]["name"]: node["metadata"]["labels"].get("topology.kubernetes.io/zone") for node in nodes}
     if None in zones.values() or len(set(zones.values())) < 2:
-        pytest.skip("needs the local control plane's fake NVIDIA nodes, two per zone")
+        unavailable("needs the local control plane's fake NVIDIA nodes, two per zone")
     document = example("10-qwen35-dep-multinode-decode")
     document["spec"]["prefill"]["replicas"] = 1
     document["spec"]["decode"]["replicas"] = 2
@@ -377,26 +386,59 @@ def test_same_name_in_two_namespaces_do_not_interfere(kube_cluster: KubeCluster,
 def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
     kube_cluster: KubeCluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    for stem in ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only"):
-        apply(kube_cluster, namespace, example(stem))
-    operator.kill()  # SIGKILL while the new deployments are being reconciled
+    stems = ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only")
+    names = ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-render")
+    expected: set[tuple[str, str]] = set()
+    for stem in stems:
+        expected |= {(o["kind"], o["metadata"]["name"]) for o in rendered(namespace, stem)}
+    # SIGKILL at the first child the operator writes: its passes over the four DisaggDeployments (about 40 applies,
+    # one after the other) have then just begun. A watch on the kind applied first sees that write within
+    # milliseconds (kubectl watches one kind at a time).
+    watch = subprocess.Popen(
+        [
+            str(kube_cluster.kubectl_path),
+            f"--kubeconfig={kube_cluster.kubeconfig}",
+            "get",
+            CHILD_KINDS[0].plural,
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/managed-by=disagg-operator",
+            "--watch",
+            "-o",
+            "name",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for stem in stems:
+            apply(kube_cluster, namespace, example(stem))
+        assert watch.stdout is not None
+        ready, _, _ = select.select([watch.stdout], [], [], 90)
+        assert ready, "the operator wrote no child within 90 s"
+        first = watch.stdout.readline()
+        operator.kill()
+    finally:
+        watch.kill()
+        watch.wait()
+    assert first.strip(), "the watch ended before the operator wrote anything"
+    at_kill = {key for name in names for key in children(kube_cluster, namespace, name)}
+    statuses = [status_of(kube_cluster, namespace, name) for name in names]
+    assert at_kill < expected or not all(statuses), "the operator finished before it was killed: nothing was tested"
+
     operator.start()
-    for name in ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-render"):
+    for name in names:
         status = wait_phase(kube_cluster, namespace, name, "Ready", timeout=120)
         assert status["observedGeneration"] == 1
     listing = kube_cluster.get("deployments,services,configmaps", "-n", namespace)["items"]
-    names = [(item["kind"], item["metadata"]["name"]) for item in listing]
-    assert len(names) == len(set(names))
-    expected = set()
-    for stem in ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only"):
-        expected |= {
-            (o["kind"], o["metadata"]["name"])
-            for o in rendered(namespace, stem)
-            if o["kind"] in ("Deployment", "Service", "ConfigMap")
-        }
-    assert set(names) - {("ConfigMap", "kube-root-ca.crt")} == expected
+    found = [(item["kind"], item["metadata"]["name"]) for item in listing]
+    assert len(found) == len(set(found))
+    assert set(found) - {("ConfigMap", "kube-root-ca.crt")} == {
+        key for key in expected if key[0] in ("Deployment", "Service", "ConfigMap")
+    }
     replica_sets = kube_cluster.get("replicasets", "-n", namespace)["items"]
-    assert len(replica_sets) == len([n for n in names if n[0] == "Deployment"])  # one revision each, no churn
+    assert len(replica_sets) == len([n for n in found if n[0] == "Deployment"])  # one revision each, no churn
 
 
 def test_operator_metrics_report_reconciles_and_phases(

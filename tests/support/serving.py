@@ -118,8 +118,10 @@ class Clock:
         return self.now
 
 
-def checked_harness(document: dict[str, Any], **frontend: Any) -> tuple[Harness, FakeFrontend, Clock]:
-    server = FakeApiServer(namespaces=(NAMESPACE,))
+def checked_harness(
+    document: dict[str, Any], server: FakeApiServer | None = None, **frontend: Any
+) -> tuple[Harness, FakeFrontend, Clock]:
+    server = server or FakeApiServer(namespaces=(NAMESPACE,))
     created = server.create(copy.deepcopy(document), manager="kubectl-client-side-apply")
     name = created["metadata"]["name"]
     fake = FakeFrontend(server, name, **frontend)

@@ -55,14 +55,16 @@ app.kubernetes.io/part-of: disagg-operator
 {{- end }}
 
 {{/*
-RBAC rules for what the operator does inside a watched namespace. The same list, in the same order, as
-e2e/rbac/operator-clusterwide.yaml (a test compares them):
-- its own resource: read, patch status, update finalizers (children's ownerReferences set blockOwnerDeletion,
-  which the API server allows only to those who may update the owner's finalizers);
-- every child kind it renders: server-side apply (create + patch), list/watch for drift and pruning, delete to
-  prune; roles/rolebindings because the router discovers engine pods through the API and gets a Role for that
-  (RBAC lets the operator grant only what it holds itself, hence pods get/list/watch);
-- pods read-only (status explains pods that are not running); events create/patch.
+RBAC rules for what the operator does inside a watched namespace, as derived from its calls in
+operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps these, in this order, equal to it):
+- its own resource: get (the pass reads it), list/watch (kopf), patch status; update finalizers because children's
+  ownerReferences set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows only to those who may
+  update the owner's finalizers;
+- every child kind: server-side apply (create + patch), list (the pass) and watch (kopf), delete to prune; get only
+  for the workloads whose replicas an autoscaler may hold (read before the hand-over);
+- pods: list (diagnostics, the scaler's metrics, the serving check) and get/watch because the router's Role grants
+  them (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate remediation);
+  pods/status: patch (the serving readiness gate); replicasets: list (rolling a stuck rollout back); events: create.
 */}}
 {{- define "disagg-operator.namespacedRules" -}}
 - apiGroups: [disagg.dev]
@@ -70,21 +72,15 @@ e2e/rbac/operator-clusterwide.yaml (a test compares them):
   verbs: [get, list, watch]
 - apiGroups: [disagg.dev]
   resources: [disaggdeployments/status]
-  verbs: [get, patch]
-- apiGroups: [disagg.dev]
-  resources: [disaggdeployments/finalizers]
-  verbs: [update]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [serviceaccounts, configmaps, services]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [get, list, watch, create, patch, delete]
-- apiGroups: [apps]
-  resources: [replicasets]
-  verbs: [list]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
@@ -95,17 +91,23 @@ e2e/rbac/operator-clusterwide.yaml (a test compares them):
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
+- apiGroups: [disagg.dev]
+  resources: [disaggdeployments/finalizers]
+  verbs: [update]
 {{- end }}
 
 {{/*
-The cluster-scope read kopf makes in every mode: CRDs (to find the DisaggDeployment resource and notice changes).
+The cluster-scope read kopf makes in every mode: CRDs, listed and watched to notice resources appearing.
 Namespace mode adds namespaces list/watch (see rbac.yaml); cluster-wide mode does not need it.
 */}}
 {{- define "disagg-operator.clusterRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 {{- end }}

@@ -14,6 +14,11 @@ from .connectors.base import field_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
 from .pod import pool_host_env, tolerations, user_env
 
+ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+)
+"""What the router's own Role grants: service discovery reads and watches the engine pods of its namespace."""
+
 DEFAULT_PREFILL_POLICY = "cache_aware"
 DEFAULT_DECODE_POLICY = "power_of_two"
 ROUTER_PROTOCOL = {"nixl": "nixl", "nixl-push": "nixl", "mooncake": "mooncake", "moriio": "moriio", "lmcache": "nixl"}
@@ -134,7 +139,7 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
     rbac = (
         None
         if custom
-        else RbacPlan(name, labels, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+        else RbacPlan(name, labels, [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES])
     )
     return RouterPlan(workload, service, rbac, argv)
 

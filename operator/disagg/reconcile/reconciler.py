@@ -133,27 +133,37 @@ class Reconciler:
         while not stop.is_set():
             key = await self.queue.get()
             metrics.QUEUE_DEPTH.set(len(self.queue))
-            started = time.monotonic()
-            result = "ok"
             try:
-                outcome = await self.reconcile(key)
-                self.queue.succeeded(key)
-                if outcome == "retry":
-                    result = "degraded"
-                    self.queue.retry(key)
-            except RetryLater as exc:
-                result = "retry"
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels("transient").inc()
-                log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
-            except Exception:  # a bug must not stop the operator or the other DisaggDeployments
-                result = "error"
-                delay = self.queue.retry(key)
-                metrics.RECONCILE_ERRORS.labels("unexpected").inc()
-                log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+                await self.process(key)
             finally:
-                metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
                 self.queue.done(key)
+
+    async def process(self, key: Key) -> float | None:
+        """One pass of the key and its bookkeeping: a pass that succeeds resets the key's backoff; one that fails, or
+        ends with an error the status reports ("retry"), counts a failure and schedules the key again after the
+        backoff, which keeps growing for as long as the failure lasts. Returns the retry delay, if one was set."""
+        started = time.monotonic()
+        result, delay = "ok", None
+        try:
+            outcome = await self.reconcile(key)
+            if outcome == "retry":
+                result = "degraded"
+                delay = self.queue.retry(key)
+            else:
+                self.queue.succeeded(key)
+        except RetryLater as exc:
+            result = "retry"
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels("transient").inc()
+            log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
+        except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+            result = "error"
+            delay = self.queue.retry(key)
+            metrics.RECONCILE_ERRORS.labels("unexpected").inc()
+            log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+        finally:
+            metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
+        return delay
 
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 

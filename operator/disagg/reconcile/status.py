@@ -186,7 +186,11 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
     if inputs.scaling_condition is not None:
         updates.append(inputs.scaling_condition)
 
-    conditions, transitions = apply_conditions(previous.get("conditions") or [], updates, inputs.generation, inputs.now)
+    kept = previous.get("conditions") or []
+    if not any(workload.replicas_owned_elsewhere for workload in plan.workloads):
+        # Nothing is autoscaled (any more): a ScalingActive condition would describe a scaler that no longer runs.
+        kept = [condition for condition in kept if condition.get("type") != "ScalingActive"]
+    conditions, transitions = apply_conditions(kept, updates, inputs.generation, inputs.now)
     if degraded:
         phase = "Degraded"
     elif ready:

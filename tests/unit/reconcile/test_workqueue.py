@@ -37,3 +37,45 @@ async def test_failures_back_off_exponentially_up_to_a_cap() -> None:
     assert queue.retry(key) == 0.01
     await asyncio.sleep(0.05)
     assert len(queue) == 1
+
+
+async def test_of_two_timers_for_a_key_the_earlier_wins() -> None:
+    queue = WorkQueue()
+    key = ("ns", "a")
+    queue.add_after(key, 60)
+    queue.add_after(key, 1)  # a retry is not held back by a later resync
+    due = queue.due_in(key)
+    assert due is not None and 0.5 < due <= 1
+    queue.add_after(key, 30)  # nor is an earlier timer pushed back
+    due = queue.due_in(key)
+    assert due is not None and due <= 1
+
+
+async def test_a_queued_key_gets_no_timer_and_an_event_cancels_a_pending_one() -> None:
+    queue = WorkQueue()
+    key = ("ns", "a")
+    queue.add_after(key, 5)
+    queue.add(key)
+    assert queue.due_in(key) is None and len(queue) == 1
+    queue.add_after(key, 5)
+    assert queue.due_in(key) is None
+
+
+async def test_failures_count_until_success_and_the_delay_never_overflows() -> None:
+    queue = WorkQueue(base_delay=1, max_delay=300)
+    key = ("ns", "a")
+    for _ in range(2000):  # a week of failures at the cap
+        delay = queue.retry(key)
+    assert delay == 300 and queue.failures(key) == 2000
+    queue.succeeded(key)
+    assert queue.failures(key) == 0 and queue.backoff(key) == 1
+
+
+async def test_forget_cancels_the_timer_and_the_count() -> None:
+    queue = WorkQueue(base_delay=0.01)
+    key = ("ns", "a")
+    queue.retry(key)
+    queue.forget(key)
+    assert queue.due_in(key) is None and queue.failures(key) == 0
+    await asyncio.sleep(0.03)
+    assert len(queue) == 0

@@ -1,4 +1,9 @@
-"""Rendered output is deterministic and reviewed: every example has a golden file that must match byte for byte."""
+"""Rendered output is deterministic and reviewed: every example has a golden file that must match byte for byte.
+
+The golden files are a change detector, not the specification: what the rendered objects must do is asserted by
+behavioural tests (tests/unit/render/test_wiring*.py, tests/unit/plan, tests/contract). A golden diff means
+"something changed": find out what and why before accepting it, and if the change is a behaviour, give it a test of
+its own so that regenerating the files can never be what keeps it."""
 
 from __future__ import annotations
 
@@ -16,9 +21,12 @@ GOLDEN = REPO / "tests" / "golden"
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_render_matches_the_reviewed_golden_file(path: Path) -> None:
     golden = GOLDEN / f"{path.stem}.yaml"
-    assert golden.exists(), f"no golden file for {path.name}: run `make golden` and review the diff"
+    assert golden.exists(), f"no golden file for {path.name}: run `make golden`, then read every object it wrote"
     assert dump_documents(rendered(path)) == golden.read_text(), (
-        f"rendered output of {path.name} changed: run `make golden`, review the diff, and commit it"
+        f"rendered output of {path.name} differs from tests/golden/{golden.name}. Do not just regenerate: check "
+        "what changed and whether it is the behaviour you meant (`disagg render -n default -f "
+        f"examples/{path.name} | diff tests/golden/{golden.name} -`). A changed behaviour needs its own assertion "
+        "(tests/unit/render/test_wiring*.py, tests/unit/plan); only then run `make golden` and commit the diff"
     )
 
 

@@ -21,7 +21,8 @@ SCRAPE_TIMEOUT_S = 3.0
 class DirectSource:
     """Keeps each pod's previous scrape in memory; a pod seen for the first time contributes from its second."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = ENGINE_HTTP_PORT) -> None:
+        self._port = port
         self._previous: dict[tuple[str, str, str], PodSample] = {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -32,7 +33,7 @@ class DirectSource:
     async def _fetch(self, ip: str) -> str:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S))
-        async with self._session.get(f"http://{ip}:{ENGINE_HTTP_PORT}/metrics") as response:
+        async with self._session.get(f"http://{ip}:{self._port}/metrics") as response:
             response.raise_for_status()
             return await response.text()
 

@@ -1,0 +1,149 @@
+"""The RBAC the operator needs, derived from what it does: each grant names the call that needs it.
+
+Three sources need permissions:
+- the client (`kube.py`), one verb per method: `apply` is server-side apply, a PATCH that creates what does not exist
+  yet, and the API server authorizes such a create as `create`; `list`, `get`, `delete`; `patch_status` patches the
+  status subresource; `create_event` creates Events;
+- kopf (`operator.py`): it lists and watches the DisaggDeployments and every child kind it is told to, lists and
+  watches CRDs to notice resources appearing, lists and watches namespaces when it is given a list of them, and
+  creates Events of its own;
+- what the API server asks of whoever writes these objects: RBAC lets a subject grant only permissions it holds, so
+  the operator must hold what the router's Role grants; and setting `blockOwnerDeletion` on a child (every owner
+  reference does, `plan/build.py`) needs `update` on the owner's finalizers where the OwnerReferencesPermission-
+  Enforcement admission plugin runs.
+
+Nothing else is granted. tests/unit/reconcile/test_access.py holds the client grants to the requests the reconciler
+and the scaler really send (every request permitted, every client grant used), and e2e/rbac, the chart and
+manifests/ to these rules; e2e/test_rbac.py checks the operator's ServiceAccount holds exactly them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from disagg.names import (
+    CHILD_KINDS,
+    DEPLOYMENT,
+    DISAGG_DEPLOYMENT,
+    EVENT,
+    LEADER_WORKER_SET,
+    POD,
+    REPLICA_SET,
+    Kind,
+)
+from disagg.plan.router import ROUTER_ROLE_RULES
+
+Source = Literal["client", "kopf", "grants", "admission"]
+VERB_ORDER = ("get", "list", "watch", "create", "patch", "update", "delete")
+
+
+@dataclass(frozen=True)
+class Grant:
+    group: str
+    resource: str
+    """The plural, with "/subresource" for a subresource."""
+    verbs: tuple[str, ...]
+    source: Source
+    why: str
+    cluster_scope: bool = False
+
+
+def _grants(kinds: tuple[Kind, ...], verbs: tuple[str, ...], source: Source, why: str) -> list[Grant]:
+    return [Grant(kind.group, kind.plural, verbs, source, why) for kind in kinds]
+
+
+POOL_WORKLOAD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET)
+"""The kinds a pool runs as, whose replicas may belong to an autoscaler (`Reconciler._apply_child` reads them)."""
+
+APPLY_VERBS = ("create", "patch")
+
+NAMESPACED: tuple[Grant, ...] = (
+    Grant(DISAGG_DEPLOYMENT.group, DISAGG_DEPLOYMENT.plural, ("get",), "client", "Kube.get at the start of a pass"),
+    Grant(DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"),
+    *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
+    *_grants(CHILD_KINDS, ("list",), "client", "Kube.list of the children (Reconciler._list_children)"),
+    *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
+    *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
+    Grant(POD.group, POD.plural, ("list",), "client", "Kube.list of the pods: status diagnostics, the scaler"),
+    Grant(
+        POD.group,
+        f"{POD.plural}/status",
+        ("patch",),
+        "client",
+        "Kube.patch_pod_condition: the serving readiness gate on engine pods (ServingChecker._admit)",
+    ),
+    Grant(
+        POD.group,
+        POD.plural,
+        ("delete",),
+        "client",
+        "Kube.delete of an engine pod whose every pair fails (ServingChecker._remediate, Recreate)",
+    ),
+    Grant(
+        REPLICA_SET.group,
+        REPLICA_SET.plural,
+        ("list",),
+        "client",
+        "Kube.list of a pool's ReplicaSets to roll a stuck rollout back (Reconciler._hold_templates)",
+    ),
+    Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),
+    *_grants((DISAGG_DEPLOYMENT, *CHILD_KINDS), ("list", "watch"), "kopf", "kopf watches them (build_registry)"),
+    *(
+        Grant(group, resource, tuple(rule["verbs"]), "grants", "the router's Role grants it (plan/router.py)")
+        for rule in ROUTER_ROLE_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ),
+    Grant(
+        DISAGG_DEPLOYMENT.group,
+        f"{DISAGG_DEPLOYMENT.plural}/finalizers",
+        ("update",),
+        "admission",
+        "children's owner references set blockOwnerDeletion (OwnerReferencesPermissionEnforcement)",
+    ),
+)
+
+CLUSTER: tuple[Grant, ...] = (
+    Grant(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("list", "watch"),
+        "kopf",
+        "kopf's resource observer",
+        cluster_scope=True,
+    ),
+)
+
+NAMESPACE_MODE: tuple[Grant, ...] = (
+    Grant("", "namespaces", ("list", "watch"), "kopf", "kopf's namespace observer", cluster_scope=True),
+)
+"""Needed only when the operator watches a list of namespaces (without it kopf retries for ~70 s, then assumes
+they exist)."""
+
+
+def rules(grants: tuple[Grant, ...]) -> list[dict[str, Any]]:
+    """RBAC PolicyRules permitting exactly `grants`: verbs merged per resource, resources with the same verbs in
+    one group joined into one rule, in the order the grants first name them."""
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for grant in grants:
+        verbs.setdefault((grant.group, grant.resource), set()).update(grant.verbs)
+    joined: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), held in verbs.items():
+        ordered = tuple(verb for verb in VERB_ORDER if verb in held)
+        joined.setdefault((group, ordered), []).append(resource)
+    return [
+        {"apiGroups": [group], "resources": resources, "verbs": list(ordered)}
+        for (group, ordered), resources in joined.items()
+    ]
+
+
+def cluster_wide_rules() -> list[dict[str, Any]]:
+    """The ClusterRole of an operator watching every namespace."""
+    return rules(CLUSTER) + rules(NAMESPACED)
+
+
+def permits(rule_list: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"] for rule in rule_list
+    )
