@@ -200,16 +200,21 @@ class ServingChecker:
     # -- rounds ------------------------------------------------------------------------------------------------
 
     def _frontends(self, serving: ServingPlan, pods: list[dict[str, Any]]) -> list[str]:
-        ips = []
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        """Pod IPs to check through. The operator's frontend is asked as soon as it runs: it is Ready only with a
+        routable pair, and engines become routable only once a probe through it admitted them. Other endpoints
+        (vllm-router, decode) must be Ready, as the Service would require. Ready pods first."""
+        found: list[tuple[bool, str, str]] = []
+        for pod in pods:
             labels = pod["metadata"].get("labels") or {}
             if labels.get(LABEL_ROLE) != serving.role or any(labels.get(k) != v for k, v in serving.selector.items()):
                 continue
             status = pod.get("status") or {}
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-            if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
-                ips.append(str(status["podIP"]))
-        return ips
+            running = status.get("phase") == "Running" and bool(status.get("podIP"))
+            if pod["metadata"].get("deletionTimestamp") or not running or (serving.method != "pairs" and not ready):
+                continue
+            found.append((not ready, pod["metadata"]["name"], str(status["podIP"])))
+        return [ip for _, _, ip in sorted(found)]
 
     async def _pairs_round(
         self,
@@ -222,7 +227,7 @@ class ServingChecker:
     ) -> tuple[Verdict, set[tuple[str, int]]]:
         frontends = self._frontends(serving, pods)
         if not frontends:
-            return not_checked("False", "NoFrontend", "no frontend pod is ready, so nothing can be served"), set()
+            return not_checked("False", "NoFrontend", "no frontend pod is running, so nothing can be served"), set()
         host = frontends[memory.frontend_turn % len(frontends)]
         memory.frontend_turn += 1
         try:

@@ -69,6 +69,29 @@ async def test_engines_become_ready_only_once_a_pair_through_them_serves_then_se
     assert "EnginesAdmitted" in reasons(h) and reasons(h)[-2:] == ["Serving", "Ready"]
 
 
+async def test_a_running_frontend_that_is_not_ready_yet_is_checked_through_so_the_first_engines_can_be_admitted() -> None:
+    # The operator's frontend is Ready only with a routable pair, and engines become routable only once a pair
+    # through them passed: waiting for a Ready frontend would wait forever.
+    h, frontend, clock = checked_harness(deployment_document(FRONTEND))
+    await h.reconcile()
+    for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
+        h.server.create(make_pod("m", name, role, gated=True))
+    h.server.create(make_pod("m", "m-router-a", "router", ready=False, ip="10.9.0.1"))
+    h.settle()
+    await h.reconcile()
+    assert frontend.probed[-1] == [("m-prefill-a", "m-decode-a")]
+    assert gate(h, "m-prefill-a")["status"] == "True" and gate(h, "m-decode-a")["status"] == "True"
+    # A frontend pod that is not running (no IP yet) is not asked.
+    pending = make_pod("m", "m-router-b", "router", ready=False, ip="")
+    pending["status"]["phase"] = "Pending"
+    h.server.remove("Pod", NAMESPACE, "m-router-a")
+    h.server.create(pending)
+    clock.now += 10
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("False", "NoFrontend"), serving
+
+
 async def _serving(document: str = FRONTEND, **frontend: Any) -> tuple[Any, Any, Any]:
     h, fake, clock = checked_harness(deployment_document(document), **frontend)
     await h.reconcile()
