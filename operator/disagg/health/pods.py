@@ -52,6 +52,12 @@ class EnginePod:
         """Up, gated and waiting for the operator to admit it."""
         return self.up and self.gated and not self.admitted
 
+    @property
+    def returning(self) -> bool:
+        """A candidate that served before: its gate was set False after a container restart (only the operator's
+        revocation writes False; a new pod has no gate condition yet). Its peers may hold stale state about it."""
+        return self.candidate and self.gate_status == "False"
+
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for condition in status.get("conditions") or []:

@@ -7,7 +7,8 @@ operator derives from the pod name). So the cheapest fix is not to restart every
 other pairs) but to give the restarted engine a new identity: delete its pod, and its workload creates a new pod,
 with a new name and address, that every peer handshakes with afresh.
 
-- An engine *serves nothing* when every routable pair through it fails. Among those, the one that (re)started most
+- An engine *serves nothing* when every routable pair through it fails, or, for a restarted engine waiting to be
+  admitted again under the serving gate, when every pair through it fails. Among those, the one that (re)started most
   recently is replaced: that is the engine the others know stale state about. At most one pod per cooldown, and the
   cooldown doubles with every replacement that did not bring Serving back (up to an hour), so a failure that
   replacement cannot fix (a broken network path) costs one pod every hour at most.
@@ -72,16 +73,17 @@ def plan_remediation(
     # Drained pairs that pass again go back into rotation (whatever the action: drains are ours to lift).
     undrain = tuple(key for key, record in sorted(state.pairs.items()) if record.drained and record.failures == 0)
     failing = [f for f in verdict.failing if f.pair.prefill in pods and f.pair.decode in pods]
-    if not failing:
+    returning = [f for f in verdict.failing_candidates if f.pair.prefill in pods and f.pair.decode in pods]
+    dead = _serving_nothing(state, failing, pods) + _returning_serving_nothing(state, returning, pods)
+    if not failing and not dead:
         return Plan(undrain=undrain, memory=memory, state=_marked(state, (), undrain) if undrain else None)
 
-    dead = _serving_nothing(state, failing, pods)
     held: list[str] = []
     replaced: EnginePod | None = None
     reason = ""
     if dead:
         victim = max(dead, key=lambda pod: (pod.started or pod.created, pod.created, pod.name))
-        pairs = [f for f in failing if victim.name in (f.pair.prefill, f.pair.decode)]
+        pairs = [f for f in failing + returning if victim.name in (f.pair.prefill, f.pair.decode)]
         reason = (
             f"every pair through {victim.role} {victim.name} fails ({_pairs(pairs)}); it (re)started most recently "
             f"(restarts={victim.restarts}), so its peers may hold transfer state about its previous incarnation: "
@@ -126,6 +128,36 @@ def _serving_nothing(state: CheckState, failing: list[FailingPair], pods: Mappin
         if known and all(key in failing_pairs for key in known):
             out.append(pod)
     return out
+
+
+def _returning_serving_nothing(
+    state: CheckState, failing: list[FailingPair], pods: Mapping[str, EnginePod]
+) -> list[EnginePod]:
+    """Restarted engines waiting to be admitted again (candidates that served before) all of whose pairs fail:
+    the stale-peer case under the serving gate. A new pod that never served is not one of them (it holds up its
+    rollout instead, D107)."""
+    failing_pairs = {f.pair for f in failing}
+    out = []
+    for name in sorted({n for pair in failing_pairs for n in (pair.prefill, pair.decode)}):
+        pod = pods[name]
+        if not pod.returning:
+            continue
+        known = [key for key in state.pairs if name in (key.prefill, key.decode) and _alive_up(key, pods)]
+        if known and all(key in failing_pairs for key in known):
+            out.append(pod)
+    return out
+
+
+def _alive_up(key: PairId, pods: Mapping[str, EnginePod]) -> bool:
+    prefill, decode = pods.get(key.prefill), pods.get(key.decode)
+    return bool(
+        prefill
+        and decode
+        and prefill.restarts == key.prefill_restarts
+        and decode.restarts == key.decode_restarts
+        and prefill.up
+        and decode.up
+    )
 
 
 def _current(key: PairId, pods: Mapping[str, EnginePod]) -> bool:

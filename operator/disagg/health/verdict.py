@@ -113,6 +113,11 @@ class Verdict:
     slowest: float | None = None
     suspect: int = 0
     """Routable pairs that failed this round but not yet failure_threshold times."""
+    failing_candidates: list[FailingPair] = field(default_factory=list)
+    """Candidate pairs at or past the threshold: not routed, so not in Serving, but remediation reads them (a
+    restarted engine that peers hold stale state about is a candidate again, D106)."""
+    suspect_candidates: int = 0
+    """Candidate pairs through a restarted engine (one that served before) that failed but not yet enough."""
 
     @property
     def drained(self) -> int:
@@ -133,6 +138,7 @@ def judge(
     by_name = {pod.name: pod for pod in pods}
     records: dict[PairId, PairRecord] = {}
     routable: list[tuple[PairId, Outcome]] = []
+    candidates: list[tuple[PairId, Outcome]] = []
     passing_candidates: set[str] = set()
     partners: dict[str, set[str]] = {}
     slowest: float | None = None
@@ -157,6 +163,7 @@ def judge(
             )
         records[key] = record
         if outcome.candidate:
+            candidates.append((key, outcome))
             if outcome.passed:
                 for name in (outcome.prefill, outcome.decode):
                     if not by_name[name].admitted:
@@ -178,12 +185,24 @@ def judge(
     ]
     failing.sort(key=lambda f: (f.record.since or "", f.pair))
     suspect = sum(1 for key, _ in routable if 0 < records[key].failures < failure_threshold)
+    failing_candidates = [
+        FailingPair(key, records[key], outcome.revision)
+        for key, outcome in candidates
+        if records[key].failures >= failure_threshold
+    ]
+    suspect_candidates = sum(
+        1
+        for key, _ in candidates
+        if 0 < records[key].failures < failure_threshold
+        and any(by_name[name].returning for name in (key.prefill, key.decode))
+    )
     passing = sum(1 for key, _ in routable if records[key].failures == 0)
     serving_engines = _serving_engines(key for key, _ in routable if records[key].failures < failure_threshold)
     undrained_failing = [f for f in failing if not f.record.drained]
     status: Status
     if not routable:
-        status, reason, message = "False", "NoPairs", _no_pairs_message(by_name.values(), passing_candidates)
+        status, reason = "False", "NoPairs"
+        message = _no_pairs_message(by_name.values(), passing_candidates, [records[k] for k, _ in candidates])
     elif undrained_failing:
         status, reason = "False", "PairsFailing"
         message = f"{len(failing)} of {len(routable)} pairs fail: " + _list(undrained_failing)
@@ -212,6 +231,8 @@ def judge(
         candidate_partners={name: frozenset(found) for name, found in partners.items()},
         slowest=slowest,
         suspect=suspect,
+        failing_candidates=failing_candidates,
+        suspect_candidates=suspect_candidates,
     )
     return new_state, verdict
 
@@ -241,7 +262,9 @@ def _list(failing: list[FailingPair]) -> str:
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def _no_pairs_message(pods: Iterable[EnginePod], passing_candidates: set[str]) -> str:
+def _no_pairs_message(
+    pods: Iterable[EnginePod], passing_candidates: set[str], candidate_records: list[PairRecord]
+) -> str:
     engines = list(pods)
     routable = {role: sum(1 for e in engines if e.role == role and e.routable) for role in ("prefill", "decode")}
     waiting = sum(1 for e in engines if e.candidate)
@@ -249,6 +272,9 @@ def _no_pairs_message(pods: Iterable[EnginePod], passing_candidates: set[str]) -
     text += f"{routable['decode']} decode engines ready"
     if waiting:
         text += f", {waiting} up and being probed ({len(passing_candidates)} passed)"
+    errors = sorted({r.error for r in candidate_records if r.failures and r.error})
+    if errors:
+        text += f"; their probes fail: {'; '.join(errors[:3])}"
     return text + ")"
 
 

@@ -191,7 +191,7 @@ class ServingChecker:
         report.rollout, stuck = self._rollout(memory, engines, target, serving, now, stamp, held)
         report.degraded += stuck
         self._export(key, serving, verdict)
-        due = RECHECK_SECONDS if verdict.suspect else serving.interval
+        due = RECHECK_SECONDS if verdict.suspect or verdict.suspect_candidates else serving.interval
         memory.next_due = self.wall_clock() + due
         report.due_in = due
         memory.last = replace(report, notices=[])

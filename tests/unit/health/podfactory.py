@@ -18,16 +18,20 @@ def pod(
     up: bool = True,
     gated: bool = True,
     admitted_at: int | None = 0,
+    revoked: bool = False,
     created: str = "2026-01-01T00:00:00Z",
     started: str = "2026-01-01T00:00:10Z",
     template: str = "t1",
 ) -> dict[str, Any]:
-    """`admitted_at`: the restart count the serving gate was set True for (None: not set)."""
+    """`admitted_at`: the restart count the serving gate was set True for (None: not set). `revoked`: the gate
+    was set False after a restart (with `admitted_at` None)."""
     conditions = [
         {"type": "ContainersReady", "status": "True" if up else "False"},
     ]
     if gated and admitted_at is not None:
         conditions.append({"type": SERVING_GATE, "status": "True", "message": gate_message(admitted_at, "test")})
+    elif gated and revoked:
+        conditions.append({"type": SERVING_GATE, "status": "False", "message": gate_message(restarts, "restarted")})
     ready = up and (not gated or admitted_at == restarts)
     conditions.append({"type": "Ready", "status": "True" if ready else "False"})
     return {

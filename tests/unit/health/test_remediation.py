@@ -87,3 +87,33 @@ def test_one_decode_with_a_stale_peer_among_several_prefills_recreates_the_prefi
     state, verdict = round_of(CheckState(), outcomes, pods)
     plan = plan_remediation("Recreate", verdict, state, pods, Memory(), 1000.0, COOLDOWN)
     assert plan.replace is not None and plan.replace.name == "p2"
+
+
+def cand_bad(p: str, d: str) -> Outcome:
+    return Outcome(p, d, "r1", False, 1.0, "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT", candidate=True)
+
+
+def test_a_restarted_engine_waiting_for_its_gate_whose_every_pair_fails_is_recreated() -> None:
+    # Under the serving gate a restart makes the engine a candidate again, so its pairs are not routable; it served
+    # before (the gate was revoked), and its peers hold stale state about it.
+    prefill = engine("p0", "prefill", restarts=1, admitted_at=None, revoked=True, started="2026-01-01T01:00:00Z")
+    decode = engine("d0", "decode")
+    assert prefill.returning and not decode.candidate
+    state, verdict = round_of(CheckState(), [cand_bad("p0", "d0")], [prefill, decode])
+    assert verdict.reason == "NoPairs" and "NIXL_ERR_REMOTE_DISCONNECT" in verdict.message
+    plan = plan_remediation("Recreate", verdict, state, [prefill, decode], Memory(), 1000.0, COOLDOWN)
+    assert plan.replace is not None and plan.replace.name == "p0"
+    report = plan_remediation("Report", verdict, state, [prefill, decode], Memory(), 1000.0, COOLDOWN)
+    assert report.replace is None and report.held[0].startswith("would replace pod p0")
+
+
+def test_a_new_engine_that_never_served_is_not_recreated_however_often_it_fails() -> None:
+    prefill = engine("p1", "prefill", admitted_at=None, started="2026-01-01T01:00:00Z")
+    decode = engine("d0", "decode")
+    assert prefill.candidate and not prefill.returning
+    state = CheckState()
+    for _ in range(3):
+        state, verdict = round_of(state, [cand_bad("p1", "d0")], [prefill, decode])
+    assert verdict.failing_candidates and verdict.suspect_candidates == 0
+    plan = plan_remediation("Recreate", verdict, state, [prefill, decode], Memory(), 1000.0, COOLDOWN)
+    assert plan.replace is None and plan.held == ()

@@ -69,7 +69,7 @@ async def test_engines_become_ready_only_once_a_pair_through_them_serves_then_se
     assert "EnginesAdmitted" in reasons(h) and reasons(h)[-2:] == ["Serving", "Ready"]
 
 
-async def test_a_running_frontend_that_is_not_ready_yet_is_checked_through_so_the_first_engines_can_be_admitted() -> None:
+async def test_a_running_frontend_that_is_not_ready_yet_is_checked_so_the_first_engines_can_be_admitted() -> None:
     # The operator's frontend is Ready only with a routable pair, and engines become routable only once a pair
     # through them passed: waiting for a Ready frontend would wait forever.
     h, frontend, clock = checked_harness(deployment_document(FRONTEND))
@@ -154,6 +154,28 @@ async def test_a_restarted_engine_is_unready_until_its_pairs_pass_again() -> Non
     await h.reconcile()
     assert gate(h, "m-decode-a")["status"] == "True"
     assert gate(h, "m-decode-a")["message"].startswith("restarts=1; ")
+
+
+async def test_a_restarted_prefill_whose_pairs_keep_failing_is_recreated_while_a_new_engine_would_wait() -> None:
+    # D105 under the gate: the restarted prefill is a candidate again, and its decode holds stale NIXL state about
+    # it, so every probe through it fails. Candidates are not routed, yet this one served before: it is replaced.
+    h, frontend, clock = await _serving()
+    restart(h.server, "m-prefill-a")
+    await h.reconcile()
+    assert gate(h, "m-prefill-a")["status"] == "False"
+    kubelet(h.server)
+    frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT" if p == "m-prefill-a" else True
+    clock.now += 10
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"]) == ("False", "NoPairs")
+    assert "NIXL_ERR_REMOTE_DISCONNECT" in serving["message"]
+    assert h.server.get("Pod", NAMESPACE, "m-prefill-a") is not None  # one failure: re-checked in 2 s
+    clock.now += 2
+    await h.reconcile()
+    assert h.server.get("Pod", NAMESPACE, "m-prefill-a") is None
+    assert h.status["serving"]["lastRemediation"]["target"] == "m-prefill-a"
+    assert "RecreatedEngine" in reasons(h)
 
 
 async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
