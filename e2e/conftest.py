@@ -114,7 +114,9 @@ def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
         (RBAC_DIR / "operator-clusterwide.yaml").read_text().replace("namespace: disagg-system", f"namespace: {home}")
     )
     rbac = rbac.replace("name: disagg-operator}", "name: disagg-e2e-operator}")
-    kube_cluster.run("create", "namespace", home)
+    # The previous module's operator home may still be terminating; creating into it is refused.
+    kube_cluster.run("wait", "--for=delete", f"namespace/{home}", "--timeout=300s")
+    kube_cluster.kubectl("create", "namespace", home)
     kube_cluster.kubectl("apply", "-f", "-", stdin=rbac)
     token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", home, "--duration=6h").strip()
     directory = tmp_path_factory.mktemp("operator")
@@ -126,7 +128,7 @@ def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
     process.stop()
     print(f"operator log tail:\n{process.log_tail()}")
     kube_cluster.run("delete", "-f", "-", "--wait=false", stdin=rbac)
-    kube_cluster.run("delete", "namespace", home, "--wait=false")
+    kube_cluster.run("delete", "namespace", home, "--wait=true", "--timeout=300s")
 
 
 @pytest.fixture

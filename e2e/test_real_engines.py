@@ -13,6 +13,8 @@ Engines are heavy (about 3 GB and one core each), so one deployment serves the w
 from __future__ import annotations
 
 import json
+import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -106,13 +108,30 @@ def _engine_metrics(kube: KubeCluster, served: Served, role: str) -> dict[str, f
     return totals
 
 
+REFUSED_PATIENCE = 180.0  # how long a refused connection is retried (see _post)
+
+
 def _post(url: str, body: dict[str, Any], timeout: float = 120.0) -> bytes:
+    """POST `body`; a refused connection is retried for up to REFUSED_PATIENCE seconds.
+
+    On two saturated cores an engine's /health can miss its readiness probe for a few periods; the router then has
+    no worker, is unready itself, and kube-proxy refuses connections to the Service. A refused connection sent
+    nothing, so retrying it changes no engine counter; any other failure (a reset, a 5xx, a timeout) fails.
+    """
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        assert response.status == 200
-        return bytes(response.read())
+    deadline = time.monotonic() + REFUSED_PATIENCE
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                assert response.status == 200
+                return bytes(response.read())
+        except urllib.error.URLError as error:
+            if not isinstance(error.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            print(f"{url}: connection refused (the endpoint has no ready router); retrying")
+            time.sleep(2.0)
 
 
 def _stream_chunks(raw: bytes) -> list[dict[str, Any]]:
