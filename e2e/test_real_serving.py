@@ -18,9 +18,9 @@ The figures (time to Ready False and back, detection, request counts) are printe
 "Serving check on real engines" (D109). The pairing revision is named with the pools' podLabels here, standing in
 for the planner's own hash; the frontend and the operator read only the label.
 
-DISAGG_E2E_FRONTEND_SOURCE=1 runs the frontend pod from this checkout's operator/ package, mounted into the
-operator image already loaded on the node, instead of building and loading the operator image (for a machine
-where images are not rebuilt per branch; CI builds the image).
+DISAGG_E2E_FRONTEND_SOURCE=<an operator image already on the node> runs the frontend pod from this checkout's
+operator/ package mounted into that image (for the package's dependencies only), instead of building and loading
+the operator image: for a machine where images are not rebuilt per branch. CI builds the image.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ DEADLINE = 20.0
 RECHECK = 2.0
 DETECTION_BOUND = INTERVAL + RECHECK + 2 * DEADLINE + 10.0
 """D109: False within interval + 2 s + two deadlines; 10 s for the operator's pass and status write."""
-FRONTEND_IMAGE = "ghcr.io/disagg-dev/disagg-operator:0.1.0"
 REVISION = "disagg.dev/pairing-revision"
 PROMPT = "The serving check sends a tiny request through every prefill and decode pair the frontend may choose. "
 
@@ -149,7 +148,7 @@ def _mount_source(kube: KubeCluster, namespace: str, name: str) -> None:
     wait_for(
         "the frontend Deployment",
         lambda: kube.run("get", "deployment", f"{name}-router", "-n", namespace).returncode == 0,
-        timeout=60,
+        timeout=180,
     )
     kube.kubectl("patch", "deployment", f"{name}-router", "-n", namespace, "-p", json.dumps(patch))
 
@@ -157,9 +156,10 @@ def _mount_source(kube: KubeCluster, namespace: str, name: str) -> None:
 @pytest.fixture(scope="module")
 def checked(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checked]:
     require_real_node(kube_cluster)
-    from_source = os.environ.get("DISAGG_E2E_FRONTEND_SOURCE") == "1"
+    source_image = os.environ.get("DISAGG_E2E_FRONTEND_SOURCE", "")
+    from_source = bool(source_image)
     images = load_images("vllm-cpu") if from_source else load_images("operator", "vllm-cpu")
-    frontend_image = FRONTEND_IMAGE if from_source else images["operator"]
+    frontend_image = source_image or images["operator"]
     with engines_turn():
         yield from _check(kube_cluster, images, frontend_image, from_source, tmp_path_factory)
 
@@ -179,6 +179,13 @@ def _check(
         (RBAC_DIR / "operator-clusterwide.yaml").read_text().replace("namespace: disagg-system", f"namespace: {home}")
     )
     rbac = rbac.replace("name: disagg-operator}", f"name: {home}}}")
+    # Watching one namespace, kopf also lists and watches namespaces (the chart's namespace mode grants it too).
+    rbac = rbac.replace(
+        "kind: ClusterRole\nmetadata: {name: " + home + "}\nrules:\n",
+        "kind: ClusterRole\nmetadata: {name: " + home + "}\nrules:\n"
+        '  - apiGroups: [""]\n    resources: [namespaces]\n    verbs: [list, watch]\n',
+    )
+    assert "resources: [namespaces]" in rbac
     ensure_namespace(kube, home)
     ensure_namespace(kube, namespace)
     kube.kubectl("apply", "-f", "-", stdin=rbac)

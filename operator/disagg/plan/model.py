@@ -32,6 +32,7 @@ class ContainerPlan:
     volume_mounts: list[Json] = field(default_factory=list)
     probes: dict[str, Json] = field(default_factory=dict)
     security_context: Json | None = None
+    lifecycle: Json | None = None
 
 
 @dataclass(frozen=True)

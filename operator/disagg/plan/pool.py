@@ -26,7 +26,7 @@ from .pod import (
     user_env,
     with_replica_affinity,
 )
-from .serving import GATED_ROLLOUT
+from .serving import GATED_ROLLOUT, PRE_STOP_SECONDS, pre_stop, shutdown_timeout
 
 # Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
 DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
@@ -59,9 +59,13 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = 
         deployment.lmcache,
     )
     connectors = pool_connectors(context)
+    drain_setting = pool.engine.shutdown_timeout_seconds
     node_roles: list[NodeRole] = ["leader", "worker"] if pool.layout.multi_node else ["single"]
     argvs = {
-        node_role: engine_argv(deployment, pool, connectors.kv_transfer_config, node_role) for node_role in node_roles
+        node_role: engine_argv(
+            deployment, pool, connectors.kv_transfer_config, node_role, shutdown_timeout(drain_setting, gated)
+        )
+        for node_role in node_roles
     }
     pods = {
         node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, gated)
@@ -103,6 +107,7 @@ def _engine_pod(
         volume_mounts=mounts,
         probes=http_probes(pool.engine) if node_role != "worker" else {},
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
+        lifecycle=pre_stop(gated and node_role != "worker"),
     )
     return PodPlan(
         labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role)},
@@ -142,7 +147,8 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) 
         extra["readinessGates"] = [{"conditionType": SERVING_GATE}]
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
-    extra["terminationGracePeriodSeconds"] = grace_period(pool)
+    drain = shutdown_timeout(pool.engine.shutdown_timeout_seconds, gated)
+    extra["terminationGracePeriodSeconds"] = grace_period(pool, drain, PRE_STOP_SECONDS if gated else 0)
     if deployment.transfer.network.host_network:
         extra["hostNetwork"] = True
         extra["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -221,6 +227,7 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool
         volume_mounts=mounts,
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
+        lifecycle=pre_stop(gated and node_role != "worker"),
     )
     pod = PodPlan(
         labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role, app_name="custom-engine")},

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from disagg.api.resolve import ResolvedDeployment
 from disagg.api.serving import CheckMode, RemediationAction, StuckPolicy
@@ -29,6 +29,24 @@ GATED_ROLLOUT = ("100%", 0)
 """maxSurge, maxUnavailable of gated pools: every new pod may start at once, none is removed before a new one is
 admitted; the operator's admissions pace the rollout."""
 CheckMethod = Literal["pairs", "endpoint"]
+DRAIN_SECONDS = 30
+"""vLLM's --shutdown-timeout for gated engines whose spec leaves it unset. vLLM's own default (0) aborts in-flight
+requests on SIGTERM, so every pod a paced rollout or a scale-down removes would fail the requests it was serving."""
+PRE_STOP_SECONDS = 5
+"""A gated engine pod marked for deletion waits this long before vLLM gets SIGTERM: the frontend's pod watch stops
+choosing it first (a draining vLLM answers new requests 503)."""
+
+
+def shutdown_timeout(configured: int | None, gated: bool) -> int | None:
+    """The engine's --shutdown-timeout: the spec's, else DRAIN_SECONDS for gated pools, else vLLM's default."""
+    if configured is not None:
+        return configured
+    return DRAIN_SECONDS if gated else None
+
+
+def pre_stop(gated: bool) -> dict[str, Any] | None:
+    """The engine container's lifecycle (gated pools only; see PRE_STOP_SECONDS)."""
+    return {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}} if gated else None
 
 
 @dataclass(frozen=True)
