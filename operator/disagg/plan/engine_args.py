@@ -27,8 +27,9 @@ def engine_argv(
     node_role: NodeRole,
     shutdown_timeout: int | None = None,
 ) -> list[str]:
-    """Arguments after `vllm serve`. `shutdown_timeout`: --shutdown-timeout (decided in plan/serving.py). Workers of multi-node replicas get --headless; their per-node rank is added
-    by the pod's start script (see pool.py), because it depends on the LeaderWorkerSet worker index."""
+    """Arguments after `vllm serve`. Workers of multi-node replicas get --headless; their per-node rank is added
+    by the pod's start script (see pool.py), because it depends on the LeaderWorkerSet worker index.
+    `shutdown_timeout`: --shutdown-timeout, decided in plan/serving.py."""
     model = deployment.model
     argv: list[str] = [model.name]
     argv += ["--served-model-name", model.served_name or model.name]

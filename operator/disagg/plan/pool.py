@@ -227,7 +227,7 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool
         volume_mounts=mounts,
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
-        lifecycle=pre_stop(gated and node_role != "worker"),
+        lifecycle=pre_stop(gated),
     )
     pod = PodPlan(
         labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role, app_name="custom-engine")},
