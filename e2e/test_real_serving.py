@@ -49,7 +49,6 @@ from e2e.operator_support import (
     install_crd,
     status_of,
     token_kubeconfig,
-    wait_phase,
 )
 from e2e.realnode_support import (
     containerd_socket,
@@ -208,7 +207,7 @@ def _check(
         kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
         if from_source:
             _mount_source(kube, namespace, name)
-        wait_phase(kube, namespace, name, "Ready", timeout=READY_TIMEOUT)
+        _wait_serving(kube, namespace, name, READY_TIMEOUT)
         service = kube.get("service", name, "-n", namespace)
         checked.endpoint = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
         yield checked
@@ -225,6 +224,24 @@ def _check(
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
+
+
+def _wait_serving(kube: KubeCluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """Until phase Ready with Ready and Serving True, read from the object each time (a shared cluster's CRD can
+    change under a test: the status, not a watch, is what counts)."""
+
+    def probe() -> dict[str, Any] | None:
+        status = status_of(kube, namespace, name)
+        if condition(status, "SpecValid").get("status") == "False":
+            raise AssertionError(f"the spec is invalid here: {condition(status, 'SpecValid').get('message')}")
+        ready = condition(status, "Ready").get("status") == "True"
+        serving = condition(status, "Serving").get("status") == "True"
+        return status if status.get("phase") == "Ready" and ready and serving else None
+
+    try:
+        return wait_for(f"{namespace}/{name} to be Ready and Serving", probe, timeout=timeout, every=2)
+    except TimeoutError:
+        raise TimeoutError(f"{namespace}/{name} not Ready and Serving: {status_of(kube, namespace, name)}") from None
 
 
 def _pods(kube: KubeCluster, checked: Checked, role: str) -> list[dict[str, Any]]:
@@ -442,7 +459,7 @@ def test_a_broken_kv_path_is_detected_within_the_bound_and_serving_returns(kube:
         checked.figures["broken_path"]["recovered_by"] = "RecreatedEngine"
         assert "RecreatedEngine" in _reasons(kube, checked)
     _set_action(kube, checked, "Recreate")
-    wait_phase(kube, checked.namespace, checked.name, "Ready", timeout=READY_TIMEOUT)
+    _wait_serving(kube, checked.namespace, checked.name, READY_TIMEOUT)
 
 
 @dataclass

@@ -9,7 +9,8 @@ with a new name and address, that every peer handshakes with afresh.
 
 - An engine *serves nothing* when every routable pair through it fails, or, for a restarted engine waiting to be
   admitted again under the serving gate, when every pair through it fails. Among those, the one that (re)started most
-  recently is replaced: that is the engine the others know stale state about. At most one pod per cooldown, and the
+  recently is replaced: that is the engine the others know stale state about. None while a rollout of the pairing
+  revision runs or a pool is short of running engines (`replacement_hold`). At most one pod per cooldown, and the
   cooldown doubles with every replacement that did not bring Serving back (up to an hour), so a failure that
   replacement cannot fix (a broken network path) costs one pod every hour at most.
 - Other failing pairs (both engines still serve elsewhere) are drained: the frontend stops choosing them. A
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from disagg.api.serving import RemediationAction
+from disagg.names import PoolName
 
 from .pods import EnginePod
 from .verdict import CheckState, FailingPair, PairId, Verdict
@@ -66,7 +68,10 @@ def plan_remediation(
     memory: Memory,
     now: float,
     cooldown: float,
+    desired: Mapping[PoolName, int] | None = None,
 ) -> Plan:
+    """`desired`: each pool's replica count as asked now (the spec's or the autoscaler's)."""
+    engines = list(engines)
     pods = {pod.name: pod for pod in engines}
     if verdict.status == "True" and not verdict.failing:
         memory = replace(memory, unrecovered=0)
@@ -90,8 +95,11 @@ def plan_remediation(
             "a new pod gets a new identity they handshake with afresh"
         )
         wait = effective_cooldown(cooldown, memory.unrecovered)
+        busy = replacement_hold(engines, desired or {})
         if action != "Recreate":
             held.append(f"would replace pod {victim.name}: {reason} (remediation.action is {action})")
+        elif busy:
+            held.append(f"would replace pod {victim.name} but {busy}: {reason}")
         elif memory.last_replacement is not None and now - memory.last_replacement < wait:
             left = wait - (now - memory.last_replacement)
             held.append(f"would replace pod {victim.name} but the cooldown has {left:.0f} s left: {reason}")
@@ -113,6 +121,23 @@ def plan_remediation(
             drain = to_drain
     new_state = _marked(state, drain, undrain) if drain or undrain else None
     return Plan(replaced, reason if replaced else "", drain, undrain, tuple(held), memory, new_state)
+
+
+def replacement_hold(engines: Iterable[EnginePod], desired: Mapping[PoolName, int]) -> str:
+    """Why no pod may be replaced now ("" when one may). While a rollout of the pairing revision runs, its new pods
+    replace the old ones anyway, and engines starting beside them slow every probe (on a loaded node an old pair
+    then misses its deadline without holding any stale state); while a pool is short of running engines for another
+    reason, deleting one more would only deepen the shortage."""
+    pods = list(engines)
+    revisions = sorted({pod.revision for pod in pods})
+    if len(revisions) > 1:
+        return f"a rollout of the pairing revision is in progress (revisions {', '.join(revisions)})"
+    for role in ("prefill", "decode"):
+        up = sum(1 for pod in pods if pod.role == role and pod.up)
+        wanted = desired.get(role, 0)
+        if up < wanted:
+            return f"the {role} pool runs {up} of {wanted} engines"
+    return ""
 
 
 def _serving_nothing(state: CheckState, failing: list[FailingPair], pods: Mapping[str, EnginePod]) -> list[EnginePod]:

@@ -173,7 +173,7 @@ class ServingChecker:
         if serving.method == "pairs" and verdict.reason not in ("CheckFailed", "NoFrontend"):
             report.serving_engines = dict(verdict.serving_engines)
             plan_ = plan_remediation(
-                serving.action, verdict, memory.state, engines, memory.remediation, now, serving.cooldown
+                serving.action, verdict, memory.state, engines, memory.remediation, now, serving.cooldown, desired
             )
             await self._remediate(key, serving, plan_, memory, pods, stamp, report)
             if serving.gated:

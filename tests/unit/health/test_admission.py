@@ -132,7 +132,8 @@ def test_serving_capacity_never_drops_below_what_the_pools_ask_for(
     # The spec changes the pairing revision: both Deployments create every new pod at once (maxSurge 100%).
     waiting = [_new(r, "b", 2, False, up=False) for r in POOLS for _ in range(desired[r])]
     cluster.pods += waiting
-    steps = [*order, *[(role, True) for role in POOLS for _ in range(12)]]  # everything comes up eventually
+    # Then everything comes up eventually: as many steps per role as it can have pods (the scale-ups included).
+    steps = [*order, *[(role, True) for role in POOLS for _ in range(max(desired.values()) + len(order))]]
     for what, passes in steps:
         if what.startswith("scale-"):
             pool: PoolName = what.removeprefix("scale-")  # type: ignore[assignment]

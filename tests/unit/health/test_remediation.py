@@ -117,3 +117,26 @@ def test_a_new_engine_that_never_served_is_not_recreated_however_often_it_fails(
     assert verdict.failing_candidates and verdict.suspect_candidates == 0
     plan = plan_remediation("Recreate", verdict, state, [prefill, decode], Memory(), 1000.0, COOLDOWN)
     assert plan.replace is None and plan.held == ()
+
+
+def test_no_pod_is_replaced_while_a_rollout_runs_or_a_pool_is_short_of_running_engines() -> None:
+    # Seen on the real node: during a rollout on two loaded cores the old pair missed its deadline while the new
+    # engines started; replacing its prefill took the old revision's last one and failed the load it served.
+    old_prefill = engine("p0", "prefill", revision="r1", restarts=1, admitted_at=1, started="2026-01-01T01:00:00Z")
+    old_decode = engine("d0", "decode", revision="r1")
+    new = [engine("p1", "prefill", revision="r2", up=False), engine("d1", "decode", revision="r2", up=False)]
+    pods = [old_prefill, old_decode, *new]
+    state, verdict = round_of(CheckState(), [bad("p0", "d0")], pods)
+    plan = plan_remediation("Recreate", verdict, state, pods, Memory(), 1000.0, COOLDOWN, {"prefill": 1, "decode": 1})
+    assert plan.replace is None
+    assert "a rollout of the pairing revision is in progress (revisions r1, r2)" in plan.held[0]
+    # One revision, but decode runs 1 of the 2 engines it should: hold too.
+    pods = [old_prefill, old_decode, engine("d2", "decode", revision="r1", up=False)]
+    state, verdict = round_of(CheckState(), [bad("p0", "d0")], pods)
+    plan = plan_remediation("Recreate", verdict, state, pods, Memory(), 1000.0, COOLDOWN, {"prefill": 1, "decode": 2})
+    assert plan.replace is None and "the decode pool runs 1 of 2 engines" in plan.held[0]
+    # Nothing else going on: replaced.
+    pods = [old_prefill, old_decode]
+    state, verdict = round_of(CheckState(), [bad("p0", "d0")], pods)
+    plan = plan_remediation("Recreate", verdict, state, pods, Memory(), 1000.0, COOLDOWN, {"prefill": 1, "decode": 1})
+    assert plan.replace is not None and plan.replace.name == "p0"
