@@ -170,8 +170,13 @@ def wait_phase(kube: KubeCluster, namespace: str, name: str, phase: str, timeout
     deadline = time.monotonic() + timeout
     try:
         wait_for(f"{namespace}/{name} to get a status", lambda: status_of(kube, namespace, name) or None, timeout)
-        resource = disagg_deployment(kube, namespace, name)
-        resource.wait(f"jsonpath='{{.status.phase}}'={phase}", timeout=max(deadline - time.monotonic(), 1))
+        # kr8s 0.20's wait() also returns when its watch ends without the condition (the CRD was re-applied on a
+        # shared cluster: "storage is (re)initializing"), so the phase is read again and the wait resumed.
+        while status_of(kube, namespace, name).get("phase") != phase:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            resource = disagg_deployment(kube, namespace, name)
+            resource.wait(f"jsonpath='{{.status.phase}}'={phase}", timeout=max(deadline - time.monotonic(), 1))
     except TimeoutError:
         last = json.dumps(status_of(kube, namespace, name), indent=1)
         raise TimeoutError(
