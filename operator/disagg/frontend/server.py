@@ -34,6 +34,11 @@ log = logging.getLogger("disagg.frontend")
 JSON = "application/json"
 
 
+PROBE_SCRAPE_SECONDS = 5.0
+"""Bound of each of a probe's two scrapes of decode's /metrics (before and after the request, which has the
+round's deadline): the operator waits deadline + 2 x this + a margin for the answer."""
+
+
 @dataclass
 class Result:
     """An answer ready to be written: a whole body or a stream. `finish` runs once it has been sent (or dropped)."""
@@ -720,7 +725,8 @@ class Frontend:
     async def probe_pair(self, pair: Pair, deadline: float, scrape: bool = True) -> ProbeResult:
         started = self.clock()
         creq = probe_request(self.nonce(), self.config.probe_prompt, self.config.probe_max_tokens, self.config.model)
-        before = await self._scrape(pair.decode, deadline) if scrape else None
+        # Scrapes are bounded apart from the request, so the operator's wait (deadline + 2 scrapes) holds.
+        before = await self._scrape(pair.decode, PROBE_SCRAPE_SECONDS) if scrape else None
         try:
             async with asyncio.timeout(deadline):
                 result = await self.serve(creq, started, pair=pair, probe=True)
@@ -743,7 +749,7 @@ class Frontend:
                 candidate=pair.prefill.candidate or pair.decode.candidate,
             )
         latency = self.clock() - started
-        after = await self._scrape(pair.decode, 5.0) if scrape and before is not None else None
+        after = await self._scrape(pair.decode, PROBE_SCRAPE_SECONDS) if scrape and before is not None else None
         ok = result.status == 200
         handed = int(result.info.get("kv_blocks_handed_off", 0) or 0)
         concurrent = self.config.flow in ("push", "moriio-write")

@@ -16,8 +16,10 @@ import aiohttp
 
 from disagg.health.verdict import Outcome
 
-EXTRA_SECONDS = 5.0
-"""Allowed beyond the round's deadline for the frontend's own answer (it reports per-pair timeouts itself)."""
+EXTRA_SECONDS = 15.0
+"""Allowed beyond the round's deadline for the frontend's own answer (it reports per-pair timeouts itself): its two
+scrapes of decode's /metrics (5 s each, frontend/server.py PROBE_SCRAPE_SECONDS) and a margin. With only 5 s a loaded
+node's frontend, still scraping, was reported as not answering (CheckFailed) instead of naming the slow pair."""
 
 
 class ProbeError(Exception):

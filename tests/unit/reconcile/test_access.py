@@ -127,6 +127,8 @@ async def serving_scenario(server: FakeApiServer) -> None:
         clock.now += 10
         await h.reconcile()
     assert h.status["rollout"]["state"] == "RolledBack"
+    for name in ("v-prefill-b", "v-decode-b"):  # what the Deployments do once their templates are rolled back
+        server.remove("Pod", NAMESPACE, name)
     frontend.behaviour = lambda p, d: False
     for _ in range(3):
         clock.now += 10
