@@ -1,7 +1,9 @@
 """CLI: python -m e2e.images build|load|dockerd|smoke (run from the repository root).
 
   build [--only NAME...]                       build or reuse the images; prints `name ref` lines
-  load --ctr-address SOCK [--only NAME...]     build or reuse, then import into containerd (namespace k8s.io)
+  load --ctr-address SOCK [--only NAME...] [--prune]
+                                               build or reuse, then import into containerd (namespace k8s.io);
+                                               --prune removes older builds of those images from it
   dockerd up|down|status                       the private Docker Engine the builds run in
   smoke [--pd] [--image REF]                   serve the engine image: completion + chat, or a NIXL P/D pair
 
@@ -18,7 +20,7 @@ import sys
 from . import api, smoke, specs
 from .build import BuildError, BuiltImage
 from .dockerd import Dockerd, DockerdError
-from .export import K8S_NAMESPACE
+from .export import K8S_NAMESPACE, prune_older_builds
 from .pipes import PipeError
 
 
@@ -43,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--namespace", default=K8S_NAMESPACE, help=f"containerd namespace (default {K8S_NAMESPACE})")
     load.add_argument("--ctr", default="ctr", help="the ctr binary (default: ctr on PATH)")
     load.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"any of: {', '.join(names)}")
+    load.add_argument(
+        "--prune",
+        action="store_true",
+        help="then remove older builds of the same images from containerd (only when no other checkout uses them)",
+    )
     daemon = sub.add_parser("dockerd", help="the private Docker Engine")
     daemon.add_argument("action", choices=("up", "down", "status"))
     smoke = sub.add_parser("smoke", help="run the vLLM CPU engine image for real (heavy: one or two engines)")
@@ -72,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.ctr_address, args.only, namespace=args.namespace, ctr=args.ctr, docker=docker, say=_say
             )
             built = list(loaded.values())
+            if args.prune:
+                for ref in prune_older_builds(built, args.ctr_address, args.namespace, args.ctr):
+                    _say(f"removed {ref}")
         for image in built:
             print(f"{image.name} {image.ref}", flush=True)
     except (BuildError, DockerdError, PipeError, smoke.SmokeError, ValueError) as exc:

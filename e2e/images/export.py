@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from .build import BuiltImage
+from .cachekey import is_keyed_tag_of
 from .dockerd import Dockerd
 from .pipes import pipe
 
@@ -83,3 +84,63 @@ def load_into_containerd(
             save_into(docker, [image.ref, image.stable_ref], ctr_import_argv(address, namespace, ctr))
         results.append((image, not present))
     return results
+
+
+def stale_refs(listed: Sequence[tuple[str, str]], image: BuiltImage) -> list[str]:
+    """What an import of `image` leaves behind in containerd: (name, manifest digest) rows to remove.
+
+    Older input-keyed tags of the same image, and the `sha256:<id>` names the kubelet's CRI gave each of them,
+    once no other name points at that manifest. Without this every rebuild of the 6 GiB engine image stays on disk
+    (the kubelet's image GC is off on the real node: it must never drop an image `imagePullPolicy: Never` needs).
+    Images of other releases (another tag before `-in-`) and names nothing else of ours made are left alone.
+    """
+    current = containerd_name(image.ref)
+    repository = current.rpartition(":")[0]
+    release_tag = containerd_name(image.stable_ref).rpartition(":")[2]
+    older = {
+        name: digest
+        for name, digest in listed
+        if name.rpartition(":")[0] == repository
+        and is_keyed_tag_of(release_tag, name.rpartition(":")[2])
+        and name != current
+    }
+    kept_digests = {digest for name, digest in listed if name not in older and not name.startswith("sha256:")}
+    orphaned = {digest for digest in older.values() if digest not in kept_digests}
+    cri_names = [name for name, digest in listed if name.startswith("sha256:") and digest in orphaned]
+    return sorted(older) + cri_names
+
+
+def prune_older_builds(
+    images: Sequence[BuiltImage], address: str, namespace: str = K8S_NAMESPACE, ctr: str = "ctr"
+) -> list[str]:
+    """Remove what `stale_refs` names for each image; returns the removed names.
+
+    Explicit (`load --prune`), never part of an import: checkouts of several branches share the one real node, and
+    an image another checkout just loaded for a pod about to start must not disappear under it.
+    """
+    removed: list[str] = []
+    for image in images:
+        refs = stale_refs(_listed(address, namespace, ctr), image)
+        _remove(refs, address, namespace, ctr)
+        removed += refs
+    return removed
+
+
+def _listed(address: str, namespace: str, ctr: str) -> list[tuple[str, str]]:
+    listed = subprocess.run(
+        [ctr, "--address", address, "--namespace", namespace, "images", "ls"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]] if listed.returncode == 0 else []
+    return [(row[0], row[2]) for row in rows if len(row) >= 3]
+
+
+def _remove(refs: Sequence[str], address: str, namespace: str, ctr: str) -> None:
+    if refs:
+        subprocess.run(
+            [ctr, "--address", address, "--namespace", namespace, "images", "rm", "--sync", *refs],
+            capture_output=True,
+            check=False,
+        )

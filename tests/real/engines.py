@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -67,6 +68,14 @@ class Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when pytest dies, however it dies (a killed run left engines spinning)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 def start(name: str, argv: list[str], env: dict[str, str], url: str, log_dir: Path) -> Process:
     log = log_dir / f"{name}.log"
     handle = log.open("wb")
@@ -76,6 +85,7 @@ def start(name: str, argv: list[str], env: dict[str, str], url: str, log_dir: Pa
         stderr=subprocess.STDOUT,
         env={**os.environ, **env},
         start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
     return Process(name, popen, url, log)
 

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e.images.export import containerd_name, ctr_import_argv
+from e2e.images.build import BuiltImage
+from e2e.images.export import containerd_name, ctr_import_argv, stale_refs
 from e2e.images.pipes import PipeError, pipe
 
 PY = sys.executable
@@ -59,3 +60,42 @@ def test_a_failing_producer_fails_the_pipe_even_if_the_consumer_succeeds() -> No
     consumer = [PY, "-c", "import sys; sys.stdin.read()"]
     with pytest.raises(PipeError, match=r"exit 25\) \|"):
         pipe(producer, consumer)
+
+
+def _engine(key: str) -> BuiltImage:
+    return BuiltImage(
+        "vllm-cpu",
+        f"ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-{key}",
+        "ghcr.io/disagg-dev/vllm-cpu:0.32.0",
+        "sha256:cfg",
+        key,
+        reused=False,
+        seconds=0.0,
+    )
+
+
+def test_an_import_leaves_no_older_build_of_the_same_image_behind() -> None:
+    listed = [
+        ("ghcr.io/disagg-dev/vllm-cpu:0.32.0", "sha256:new"),
+        ("ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-aaaaaaaaaaaaaaaa", "sha256:new"),
+        ("ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-bbbbbbbbbbbbbbbb", "sha256:old"),
+        ("sha256:1111", "sha256:old"),  # the CRI's name for the old build
+        ("sha256:2222", "sha256:new"),
+        ("ghcr.io/disagg-dev/vllm-router:0.1.17-in-cccccccccccccccc", "sha256:router"),
+        ("ghcr.io/disagg-dev/vllm-cpu:0.31.0-in-dddddddddddddddd", "sha256:other-release"),
+        ("sha256:3333", "sha256:unknown"),
+    ]
+    assert stale_refs(listed, _engine("aaaaaaaaaaaaaaaa")) == [
+        "ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-bbbbbbbbbbbbbbbb",
+        "sha256:1111",
+    ]
+
+
+def test_an_older_build_still_named_otherwise_keeps_its_content() -> None:
+    listed = [
+        ("ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-aaaaaaaaaaaaaaaa", "sha256:new"),
+        ("ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-bbbbbbbbbbbbbbbb", "sha256:old"),
+        ("example.com/pinned:1", "sha256:old"),
+        ("sha256:1111", "sha256:old"),
+    ]
+    assert stale_refs(listed, _engine("aaaaaaaaaaaaaaaa")) == ["ghcr.io/disagg-dev/vllm-cpu:0.32.0-in-bbbbbbbbbbbbbbbb"]
