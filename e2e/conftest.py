@@ -99,7 +99,15 @@ def kube_cluster() -> Iterator[KubeCluster]:
 
 
 @pytest.fixture(scope="module")
-def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator_args() -> tuple[str, ...]:
+    """Extra `disagg run` arguments for a module's operator (a module overrides this fixture to set them)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory, operator_args: tuple[str, ...]
+) -> Iterator[OperatorProcess]:
     """The operator, running cluster-wide as its own ServiceAccount with exactly the documented RBAC.
 
     Module-scoped: a cluster-wide operator left running would also reconcile what other modules (the Helm tests'
@@ -121,7 +129,7 @@ def operator(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
     token = kube_cluster.kubectl("create", "token", "disagg-operator", "-n", home, "--duration=6h").strip()
     directory = tmp_path_factory.mktemp("operator")
     process = OperatorProcess(
-        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log"
+        token_kubeconfig(kube_cluster, token, directory / "kubeconfig"), directory / "operator.log", *operator_args
     )
     process.start()
     yield process

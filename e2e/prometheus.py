@@ -14,10 +14,10 @@ from e2e.operator_support import free_port
 class Prometheus:
     """Scrapes whatever targets the test publishes (file-based discovery), every second, on a loopback port."""
 
-    def __init__(self, binary: Path, workdir: Path) -> None:
+    def __init__(self, binary: Path, workdir: Path, port: int | None = None) -> None:
         self.binary = binary
         self.workdir = workdir
-        self.port = free_port()
+        self.port = port or free_port()
         self.targets_file = workdir / "targets.json"
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from e2e.localcluster.testing import KubeCluster, wait_for
-from e2e.operator_support import condition, status_of
+from e2e.operator_support import condition, free_port, status_of
 from e2e.prerequisites import unavailable
 from e2e.prometheus import Prometheus
 from e2e.vllm_sim import PoolLoad, SimEngine
@@ -38,6 +38,16 @@ DEPLOYMENT = {
         },
     },
 }
+
+
+PROMETHEUS_PORT = free_port()
+"""The test Prometheus's port, known before the module's operator starts: the operator queries only a Prometheus
+its install allows (D76)."""
+
+
+@pytest.fixture(scope="module")
+def operator_args() -> tuple[str, ...]:
+    return (f"--prometheus-url=http://127.0.0.1:{PROMETHEUS_PORT}",)
 
 
 class FakeEngines:
@@ -113,7 +123,7 @@ def prometheus_engines(
     kube_cluster: KubeCluster, namespace: str, tmp_path: Path
 ) -> Iterator[tuple[FakeEngines, Prometheus]]:
     _require_local(kube_cluster)
-    prometheus = Prometheus(kube_cluster.bin_dir / "prometheus", tmp_path)
+    prometheus = Prometheus(kube_cluster.bin_dir / "prometheus", tmp_path, port=PROMETHEUS_PORT)
     prometheus.start()
     try:
         with FakeEngines(kube_cluster, namespace, "scaled", prometheus) as fake:

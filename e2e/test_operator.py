@@ -229,6 +229,61 @@ def test_invalid_spec_is_reported_and_leaves_children_untouched(kube_cluster: Ku
     wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
 
 
+def test_a_spec_above_4_kb_applied_with_plain_kubectl_apply_becomes_ready(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    """D74, as the README applies examples: client-side `kubectl apply` stores the whole object in the
+    last-applied-configuration annotation, which a 4096-character cap on annotation values made Invalid."""
+    document = example("01-minimal")
+    document["spec"]["decode"]["podAnnotations"] = {f"example.com/note-{i}": "n" * 900 for i in range(6)}
+    apply(kube_cluster, namespace, document)  # plain `kubectl apply`, no --server-side
+    status = wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
+    assert status["observedGeneration"] == 1
+    live = kube_cluster.get("disaggdeployment", "qwen3-32b", "-n", namespace)
+    assert len(live["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]) > 4096
+
+
+def test_a_name_taken_by_an_object_it_did_not_create_is_reported_and_never_written(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    """D70: a DisaggDeployment named after someone's Service does not take it over, nor does deleting it delete
+    the Service; renamed, it deploys."""
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "qwen3-32b", "namespace": namespace, "labels": {"team": "payments"}},
+        "spec": {"selector": {"app": "payments"}, "ports": [{"name": "http", "port": 80}]},
+    }
+    kube_cluster.kubectl("create", "-f", "-", stdin=json.dumps(foreign))
+    before = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
+    apply(kube_cluster, namespace, example("01-minimal"))
+    status = wait_phase(kube_cluster, namespace, "qwen3-32b", "Degraded")
+    degraded = condition(status, "Degraded")
+    assert degraded["reason"] == "NameConflict", degraded
+    assert "Service qwen3-32b" in degraded["message"] and "rename" in degraded["message"]
+    wait_for(
+        "the NameConflict event",
+        lambda: any(
+            event["reason"] == "NameConflict" and "Service qwen3-32b" in event["message"]
+            for event in kube_cluster.get(
+                "events", "-n", namespace, "--field-selector", "involvedObject.name=qwen3-32b"
+            )["items"]
+        ),
+    )
+    assert children(kube_cluster, namespace, "qwen3-32b") == {}, "nothing is applied while a name is taken"
+    after = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert not after["metadata"].get("ownerReferences")
+    kube_cluster.kubectl("delete", "disaggdeployment", "qwen3-32b", "-n", namespace, "--wait=true")
+    renamed = example("01-minimal")
+    renamed["metadata"]["name"] = "qwen3-32b-v2"
+    apply(kube_cluster, namespace, renamed)
+    wait_phase(kube_cluster, namespace, "qwen3-32b-v2", "Ready")
+    kept = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
+    assert kept["metadata"]["uid"] == before["metadata"]["uid"]
+    assert kept["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
 def test_the_api_server_refuses_specs_that_break_cel_rules(kube_cluster: KubeCluster, namespace: str) -> None:
     bad = example("01-minimal")
     bad["spec"]["decode"]["tensorParallel"] = 6
@@ -387,7 +442,7 @@ def test_killing_the_operator_mid_reconcile_converges_without_duplicates(
     kube_cluster: KubeCluster, namespace: str, operator: OperatorProcess
 ) -> None:
     stems = ("01-minimal", "02-nixl-1p1d-two-gpus", "08-lmcache-shared-server", "12-render-tier-tokens-only")
-    names = ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-render")
+    names = ("qwen3-32b", "qwen3-small", "llama-lmcache", "qwen3-tokens-only")
     expected: set[tuple[str, str]] = set()
     for stem in stems:
         expected |= {(o["kind"], o["metadata"]["name"]) for o in rendered(namespace, stem)}
@@ -446,7 +501,11 @@ def test_operator_metrics_report_reconciles_and_phases(
 ) -> None:
     apply(kube_cluster, namespace, example("01-minimal"))
     wait_phase(kube_cluster, namespace, "qwen3-32b", "Ready")
-    text = operator.metrics()
-    assert metric_value(text, "disagg_deployments", phase="Ready") >= 1
+    # The status reaches us through a watch, the metric through a scrape: wait for the operator to have both.
+    text = wait_for(
+        "the Ready phase in the metrics",
+        lambda: t if metric_value(t := operator.metrics(), "disagg_deployments", phase="Ready") >= 1 else None,
+        timeout=10,
+    )
     assert metric_value(text, "disagg_objects_applied_total", kind="Deployment") >= 3
     assert "disagg_reconcile_duration_seconds_bucket" in text

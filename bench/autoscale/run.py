@@ -1,20 +1,23 @@
-"""Benchmark: our scaling policy against static, HPA-style and Dynamo Planner baselines in Dynamo's offline replay.
+"""Benchmark: our scaling policy against static splits, an HPA/KEDA-style baseline, the Dynamo Planner's grid and a
+start-up-aware oracle, in Dynamo's offline replay, on 8 two-hour workloads x 3 seeds.
 
 Run through `make -C bench/autoscale` (builds the pinned venv first), or with that venv's python:
-    python bench/autoscale/run.py [--workloads steady,bursty] [--quick]
-Writes bench/autoscale/results/{results.json,results.md,*.png}.
+    python bench/autoscale/run.py [--split tuning|held_out|all] [--only ours] [--jobs 2]
+Every replay is cached under ${DISAGG_CACHE_DIR:-~/.cache/disagg-operator}/bench-autoscale/runs, keyed by what
+it depends on (the simulator and workload code, the policy code for ours and the HPA, the Planner's config), so a
+rerun after changing only the policy replays only ours. Writes bench/autoscale/results/.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import functools
+import hashlib
+import inspect
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,399 +25,375 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one thread per replay: BLAS threads on a shared 2-core box only thrash
 
+import baselines  # noqa: E402
+import evaluate  # noqa: E402
 import policies  # noqa: E402
 import sim  # noqa: E402
 import workloads  # noqa: E402
 
-SEED = 20261130
-WINDOW_S = 60.0
+REPO = HERE.parents[1]
 ATTAINMENT_TARGET = 0.95
-REPEATS = 3
-"""Replays of our policy per workload: the simulator is not bit-for-bit deterministic (runs differ by a window
-or two), so the table shows the median run and the range."""
-INITIAL = (2, 2)
-"""Where every autoscaler starts (spec.replicas): a plausible first guess, not the answer."""
 RESULTS = HERE / "results"
 CACHE = Path(os.environ.get("DISAGG_CACHE_DIR", Path.home() / ".cache/disagg-operator")) / "bench-autoscale"
+HPA_TUNING_SEEDS = (1,)
+"""The HPA's targets are chosen on the tuning workloads at these seeds, then run everywhere."""
 
 
-@dataclass
-class Row:
-    workload: str
-    policy: str
-    attainment: float
-    """Share of 1-minute windows whose TTFT p90 and ITL p90 both meet the SLO."""
-    ttft_attainment: float
-    itl_attainment: float
-    request_attainment: float
-    """Share of requests meeting both SLOs (TTFT, and mean ITL of the request)."""
-    gpu_hours: float
-    reaction_s: float | None
-    """Mean time from a load step to the first replica increase (None: no step, or never reacted)."""
-    reversals_per_hour: float
-    scale_actions: int
-    lost_requests: int
-    ttft_p90_ms: float
-    itl_p90_ms: float
-    config: str = ""
-    attainment_runs: tuple[float, ...] = ()
-    gpu_hours_runs: tuple[float, ...] = ()
-    reversals_runs: tuple[float, ...] = ()
-    window_pass: tuple[int, ...] = ()
-    """1 for each 1-minute window whose TTFT p90 and ITL p90 both met the SLO, in time order."""
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
 
 
-def p90(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+@functools.cache
+def code_keys() -> dict[str, str]:
+    common = [HERE / "sim.py"]
+    tree = policies.POLICY_TREE
+    ours = [
+        *sorted((tree / "disagg/scaling").rglob("*.py")),
+        tree / "disagg/metrics_sources/promtext.py",
+        tree / "disagg/metrics_sources/window.py",
+        HERE / "policies.py",
+    ]
+    # The HPA's replays depend on its own code and the adapter's, not on the rest of policies.py (ours' glue).
+    hpa_code = "".join(
+        inspect.getsource(obj)
+        for obj in (policies.Hpa, policies._Ticking, policies.Window, policies.bucketed, policies._mean_usage,
+                    policies._weighted_p90)
+    )  # fmt: skip
+    return {
+        "replay": _digest(common),
+        "ours": _digest(common + ours),
+        "hpa": hashlib.sha256((_digest(common) + hpa_code).encode()).hexdigest()[:12],
+        "planner": hashlib.sha256((_digest(common) + inspect.getsource(baselines.planner_config)).encode()).hexdigest()[
+            :12
+        ],
+        "score": _digest([HERE / "evaluate.py"]),
+    }
 
 
-def window_attainment(per_request: list[dict[str, Any]]) -> tuple[float, float, float]:
-    windows: dict[int, list[dict[str, Any]]] = {}
-    for r in per_request:
-        windows.setdefault(int(r["arrival_time_ms"] / 1000.0 // WINDOW_S), []).append(r)
-    ok = ttft_ok = itl_ok = 0
-    for reqs in windows.values():
-        # A request that never produced a token counts as infinitely late.
-        ttft = p90([r["ttft_ms"] if r.get("ttft_ms") is not None else math.inf for r in reqs])
-        itls = [r["itl_ms"] for r in reqs if r.get("itl_ms") is not None]
-        itl = p90(itls) if itls else 0.0
-        ttft_ok += ttft <= sim.TTFT_SLO_MS
-        itl_ok += itl <= sim.ITL_SLO_MS
-        ok += ttft <= sim.TTFT_SLO_MS and itl <= sim.ITL_SLO_MS
-    n = max(len(windows), 1)
-    return ok / n, ttft_ok / n, itl_ok / n
-
-
-def window_pass(per_request: list[dict[str, Any]]) -> tuple[int, ...]:
-    return tuple(int(t <= sim.TTFT_SLO_MS and i <= sim.ITL_SLO_MS) for _, t, i in window_p90s(per_request))
-
-
-def window_p90s(per_request: list[dict[str, Any]]) -> list[tuple[float, float, float]]:
-    windows: dict[int, list[dict[str, Any]]] = {}
-    for r in per_request:
-        windows.setdefault(int(r["arrival_time_ms"] / 1000.0 // WINDOW_S), []).append(r)
-    out = []
-    for w in sorted(windows):
-        reqs = windows[w]
-        ttft = p90([r["ttft_ms"] if r.get("ttft_ms") is not None else math.inf for r in reqs])
-        itls = [r["itl_ms"] for r in reqs if r.get("itl_ms") is not None]
-        out.append((w * WINDOW_S, ttft, p90(itls) if itls else 0.0))
-    return out
-
-
-def replica_series(samples: list[dict[str, Any]], pool: str) -> list[tuple[float, int]]:
-    """Ordered replicas (active + starting) over time: what the policy asked for, as applied."""
-    return [(s["t"], s[pool]["active"] + s[pool]["starting"]) for s in samples]
-
-
-def gpu_hours(samples: list[dict[str, Any]]) -> float:
-    """Every replica that holds a GPU, starting and draining included, one GPU each, 1-second samples."""
-    held = sum(s[p][k] for s in samples for p in ("prefill", "decode") for k in ("active", "starting", "draining"))
-    return held / 3600.0
-
-
-def changes(series: list[tuple[float, int]]) -> list[tuple[float, int]]:
-    out = []
-    for (_, a), (t, b) in itertools.pairwise(series):
-        if b != a:
-            out.append((t, 1 if b > a else -1))
-    return out
-
-
-def reversals(series: list[tuple[float, int]]) -> int:
-    directions = [d for _, d in changes(series)]
-    return sum(1 for a, b in itertools.pairwise(directions) if a != b)
-
-
-def reaction(samples: list[dict[str, Any]], steps: tuple[float, ...]) -> float | None:
-    if not steps:
-        return None
-    times = []
-    for step in steps:
-        ups = [t for pool in ("prefill", "decode") for t, d in changes(replica_series(samples, pool)) if d > 0]
-        after = [t - step for t in ups if t >= step]
-        if after:
-            times.append(min(after))
-    return sum(times) / len(times) if times else None
-
-
-def evaluate(workload: workloads.Workload, name: str, result: sim.Replay, config: str = "") -> Row:
-    per = result.per_request
-    attain, ttft_att, itl_att = window_attainment(per)
-    good = sum(
-        1
-        for r in per
-        if r.get("ttft_ms") is not None
-        and r["ttft_ms"] <= sim.TTFT_SLO_MS
-        and (r.get("itl_ms") or 0.0) <= sim.ITL_SLO_MS
-    )
-    hours = (result.samples[-1]["t"] - result.samples[0]["t"]) / 3600.0 if result.samples else 1.0
-    series = [replica_series(result.samples, p) for p in ("prefill", "decode")]
-    return Row(
-        workload=workload.name,
-        policy=name,
-        attainment=attain,
-        ttft_attainment=ttft_att,
-        itl_attainment=itl_att,
-        request_attainment=good / max(len(per), 1),
-        gpu_hours=gpu_hours(result.samples),
-        reaction_s=reaction(result.samples, workload.steps_s),
-        reversals_per_hour=sum(reversals(s) for s in series) / max(hours, 1e-9),
-        scale_actions=sum(len(changes(s)) for s in series),
-        lost_requests=sum(1 for r in per if r.get("terminal_status") != "completed")
-        + len(workload.requests)
-        - len(per),
-        ttft_p90_ms=p90([r["ttft_ms"] for r in per if r.get("ttft_ms") is not None]),
-        itl_p90_ms=p90([r["itl_ms"] for r in per if r.get("itl_ms") is not None]),
-        config=config,
-        window_pass=window_pass(per),
-    )
+@functools.cache
+def trace_digest(workload: str, seed: int) -> str:
+    return hashlib.sha256(trace_path(workload, seed).read_bytes()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Baselines that need several replays
+# Jobs: one replay each, cached; scores cached apart, so a change of the evaluation only rescores
 
 
-def split(config: str) -> tuple[int, int]:
-    """(P, D) from "3P2D"."""
-    p, d = config.rstrip("D").split("P")
-    return int(p), int(d)
+@dataclass(frozen=True)
+class Job:
+    workload: str
+    seed: int
+    policy: str
+    """'ours[-label]', 'hpa-...', 'planner-...', 'static-PxD'."""
+    params: str = "{}"
+    """JSON of what the policy id alone does not say (tuning overrides, planner config)."""
+
+    @property
+    def key(self) -> str:
+        """What the replay depends on: the trace itself, the simulator code, the policy's code and parameters."""
+        keys = code_keys()
+        kind = next((k for k in ("ours", "hpa", "planner") if self.policy.startswith(k)), "replay")
+        if self.policy.startswith("planner"):
+            warmup = trace_digest(self.workload, self.seed + workloads.WARMUP_SEED_OFFSET)
+        else:
+            warmup = ""
+        raw = json.dumps([self.policy, self.params, trace_digest(self.workload, self.seed), warmup, keys[kind]])
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+    @property
+    def path(self) -> Path:
+        return CACHE / "runs" / f"{self.workload}-{self.seed}" / f"{self.policy}.{self.key}.npz"
+
+    @property
+    def score_path(self) -> Path:
+        return self.path.with_suffix(f".score-{code_keys()['score']}.json")
 
 
-class Static:
-    """Fixed (P, D) splits over the whole trace, searched over the same 1..MAX_REPLICAS range the autoscalers have.
-
-    `best(target)` is the cheapest split meeting a window-attainment target (B0 of the protocol at 95%). TTFT depends
-    on the prefill count and ITL on the decode count almost separately, so the search finds the smallest P meeting
-    the TTFT windows with decode generous, the smallest D meeting the ITL windows with prefill generous, then walks
-    up from (P, D) in order of GPUs until both hold together. Every replay it does is kept and reused.
-    """
-
-    def __init__(self, workload: workloads.Workload, trace: Path, npz: Path) -> None:
-        self.workload, self.trace, self.npz = workload, trace, npz
-        self.tried: dict[tuple[int, int], Row] = {}
-        self.replays: dict[tuple[int, int], sim.Replay] = {}
-
-    def row(self, p: int, d: int) -> Row:
-        if (p, d) not in self.tried:
-            result = sim.replay(self.trace, self.npz, p, d)
-            self.replays[(p, d)] = result
-            self.tried[(p, d)] = evaluate(self.workload, "static", result, f"{p}P{d}D")
-        return self.tried[(p, d)]
-
-    def smallest(self, ok: Callable[[int], bool]) -> int | None:
-        lo, hi = 1, sim.MAX_REPLICAS
-        if not ok(hi):
-            return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def best(self, target: float = ATTAINMENT_TARGET) -> Row | None:
-        big = sim.MAX_REPLICAS
-        target -= 1e-9
-        p = self.smallest(lambda n: self.row(n, big).ttft_attainment >= target)
-        d = self.smallest(lambda n: self.row(big, n).itl_attainment >= target)
-        if p is None or d is None:
-            return None
-        frontier = [(p, d)]
-        seen = set(frontier)
-        while frontier:
-            frontier.sort(key=lambda c: (c[0] + c[1], c))
-            cp, cd = frontier.pop(0)
-            if self.row(cp, cd).attainment >= target:
-                return self.tried[(cp, cd)]
-            for c in ((cp + 1, cd), (cp, cd + 1)):
-                if max(c) <= big and c not in seen:
-                    seen.add(c)
-                    frontier.append(c)
-        return None
-
-    def oracle(self, best: Row) -> dict[str, Any]:
-        """A lower bound for any autoscaler: each minute served by the cheapest split (up to the best static's P and
-        D) that met that minute's SLO in its own static replay, switched instantly and for free (no start-up, no
-        draining, no queue carried over). Minutes no split in the grid met are charged the best static's GPUs."""
-        bp, bd = split(best.config)
-        grid = [(p, d) for p in range(1, bp + 1) for d in range(1, bd + 1)]
-        passes = {c: self.row(*c).window_pass for c in grid}
-        minutes = len(best.window_pass)
-        per_minute = []
-        for w in range(minutes):
-            ok = [p + d for (p, d), wins in passes.items() if w < len(wins) and wins[w]]
-            per_minute.append(min(ok) if ok else bp + bd)
-        return {
-            "gpu_hours": sum(per_minute) * WINDOW_S / 3600.0,
-            "gpus_per_minute": per_minute,
-            "grid": [f"{p}P{d}D" for p, d in grid],
-        }
+def trace_path(workload: str, seed: int) -> Path:
+    """The workload's trace, generated once per version of the generators (their source is in the name)."""
+    path = CACHE / "traces" / f"{workload}-{seed}-{_digest([HERE / 'workloads.py'])}.jsonl"
+    if not path.exists():
+        workloads.make(workload, seed).write(path)
+    return path
 
 
-PLANNER_MARGIN = 0.6
-"""Share of the SLOs given to the Planner in its -margin modes (300 ms TTFT, 12 ms ITL)."""
+REQUEST_FIELDS = ("arrival_time_ms", "first_token_ms", "last_token_ms", "ttft_ms", "itl_ms", "output_length")
 
 
-def planner_config(mode: str) -> dict[str, Any]:
-    """Dynamo Planner (its own code, from the ai-dynamo wheel) in the same replay, same SLOs, budget and limits.
+def _save_replay(job: Job, result: sim.Replay, wall_s: float) -> None:
+    import numpy as np
 
-    `sla`, `latency`, `throughput`: its optimisation targets with the load-based loop only (no performance model).
-    `profile`: the SLA planner as documented, the throughput loop (forecast + performance model from the
-    pre-deployment profile) with the load loop on top. `profile-only`: the throughput loop alone.
-    A `-margin` suffix gives the Planner SLO targets at PLANNER_MARGIN of the evaluated ones: it aims at the mean
-    or at a forecast, and our policy keeps margins of its own, so this is the Planner with headroom.
-    """
-    margin = mode.endswith("-margin")
-    mode = mode.removesuffix("-margin")
-    config: dict[str, Any] = {
-        "mode": "disagg",
-        "backend": "mocker",
-        "environment": "virtual",
-        "optimization_target": mode,
-        "enable_load_scaling": True,
-        "enable_throughput_scaling": False,
-        "pre_deployment_sweeping_mode": "none",
-        "ttft": sim.TTFT_SLO_MS,
-        "itl": sim.ITL_SLO_MS,
-        "max_gpu_budget": sim.MAX_GPUS,
-        "min_endpoint": 1,
-        "report_interval_hours": None,
-        "live_dashboard_port": 0,
+    per = result.per_request
+    columns = {k: np.array([r.get(k) if r.get(k) is not None else np.nan for r in per], dtype=float)
+               for k in REQUEST_FIELDS}  # fmt: skip
+    columns["decode_worker_idx"] = np.array(
+        [r["decode_worker_idx"] if r.get("decode_worker_idx") is not None else -1 for r in per], dtype=np.int32
+    )
+    columns["completed"] = np.array([r.get("terminal_status") == "completed" for r in per], dtype=bool)
+    samples = result.samples
+    columns["samples"] = np.array(
+        [[s["t"], *(s[p][k] for p in ("prefill", "decode") for k in ("active", "starting", "draining"))]
+         for s in samples], dtype=float
+    )  # fmt: skip
+    meta = {"job": asdict(job), "decisions": result.decisions, "wall_s": round(wall_s, 1)}
+    job.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = job.path.with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, meta=np.array(json.dumps(meta)), **columns)
+    tmp.replace(job.path)
+
+
+def _load_replay(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    import numpy as np
+
+    with np.load(job.path) as data:
+        meta = json.loads(str(data["meta"]))
+        n = len(data["completed"])
+        cols = {k: data[k] for k in (*REQUEST_FIELDS, "decode_worker_idx", "completed")}
+        samples_array = data["samples"]
+    per = []
+    for i in range(n):
+        r: dict[str, Any] = {k: (None if np.isnan(cols[k][i]) else float(cols[k][i])) for k in REQUEST_FIELDS}
+        r["output_length"] = int(r["output_length"] or 0)
+        worker = int(cols["decode_worker_idx"][i])
+        r["decode_worker_idx"] = worker if worker >= 0 else None
+        r["terminal_status"] = "completed" if cols["completed"][i] else "other"
+        per.append(r)
+    names = [(p, k) for p in ("prefill", "decode") for k in ("active", "starting", "draining")]
+    samples = []
+    for row in samples_array:
+        sample: dict[str, Any] = {"t": float(row[0]), "prefill": {}, "decode": {}}
+        for (p, k), v in zip(names, row[1:], strict=True):
+            sample[p][k] = int(v)
+        samples.append(sample)
+    return per, samples, meta
+
+
+def replay_job(job: Job) -> float:
+    """Run the job's replay into the cache (unless there); returns its wall time."""
+    if job.path.exists():
+        return 0.0
+    started = time.time()
+    trace = trace_path(job.workload, job.seed)
+    npz = sim.profile_npz(CACHE)
+    params = json.loads(job.params)
+    if job.policy.startswith("static-"):
+        p, d = (int(x) for x in job.policy.removeprefix("static-").split("x"))
+        result = sim.replay(trace, npz, p, d)
+    elif job.policy.startswith("hpa"):
+        result = sim.replay(trace, npz, *policies.INITIAL, policy=policies.Hpa(**params))
+    elif job.policy.startswith("planner"):
+        warmup = str(trace_path(job.workload, job.seed + workloads.WARMUP_SEED_OFFSET))
+        config = baselines.planner_config(**params, profile_dir=str(sim.profile_dir(CACHE)), warmup_trace=warmup)
+        result = sim.replay(trace, npz, *policies.INITIAL, planner_config=config)
+    else:
+        ours = policies.Ours(policies.tuned(**params.get("tuning", {})), **params.get("scaling", {}))
+        result = sim.replay(trace, npz, *policies.INITIAL, policy=ours)
+    wall = time.time() - started
+    _save_replay(job, result, wall)
+    return wall
+
+
+def execute(job: Job) -> dict[str, Any]:
+    """The job's record: its score and replica series (replaying and scoring only what is not cached)."""
+    if job.score_path.exists():
+        return json.loads(job.score_path.read_text())
+    replay_job(job)
+    per, samples, meta = _load_replay(job)
+    expected = sum(1 for _ in trace_path(job.workload, job.seed).open())
+    score = evaluate.score(per, samples, expected)
+    record = {
+        "job": asdict(job),
+        "score": asdict(score),
+        "replicas": evaluate.replicas_every(samples),
+        "decisions": meta["decisions"],
+        "wall_s": meta["wall_s"],
     }
-    if margin:
-        config.update(ttft=sim.TTFT_SLO_MS * PLANNER_MARGIN, itl=sim.ITL_SLO_MS * PLANNER_MARGIN)
-    if mode.startswith("profile"):
-        config.update(
-            optimization_target="sla",
-            enable_throughput_scaling=True,
-            enable_load_scaling=mode == "profile",
-            pre_deployment_sweeping_mode="thorough",
-            profile_results_dir=str(sim.profile_dir()),
+    tmp = job.score_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(job.score_path)
+    return record
+
+
+def _execute_logged(job: Job) -> dict[str, Any]:
+    cached = job.score_path.exists()
+    record = execute(job)
+    if not cached:
+        s = record["score"]
+        print(
+            f"  {job.workload}-{job.seed} {job.policy}: {s['attainment']:.1%} at {s['gpu_hours']:.2f} GPU-h "
+            f"({record['wall_s']:.0f} s)",
+            flush=True,
         )
-    return config
+    return record
+
+
+CACHED_ONLY = False
+"""--cached-only: report the autoscalers' replays already in the cache and run none of theirs (static sweeps still
+run), for a report on a partial grid."""
+
+
+def run_all(jobs: list[Job], parallel: int, autoscalers: bool = False) -> list[dict[str, Any]]:
+    if autoscalers and CACHED_ONLY:
+        jobs = [j for j in jobs if j.score_path.exists()]
+    todo = [j for j in jobs if not j.score_path.exists()]
+    if todo:
+        print(f"{len(todo)} replays to run ({len(jobs) - len(todo)} cached)", flush=True)
+    if parallel <= 1 or len(todo) <= 1:
+        return [_execute_logged(j) for j in jobs]
+    with ProcessPoolExecutor(parallel) as pool:
+        list(pool.map(_execute_logged, todo))
+    return [execute(j) for j in jobs]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Static sweeps and searches
+
+
+def sweeps(workload: str, seeds: tuple[int, ...], parallel: int) -> list[baselines.Sweep]:
+    """Per-pool sweeps per seed, growing each pool until every window passes (or the maximum)."""
+    ttft: dict[int, dict[int, dict[float, int]]] = {s: {} for s in seeds}
+    itl: dict[int, dict[int, dict[float, int]]] = {s: {} for s in seeds}
+    open_p = dict.fromkeys(seeds, 1)
+    open_d = dict.fromkeys(seeds, 1)
+    while any(n is not None for n in (*open_p.values(), *open_d.values())):
+        batch: list[tuple[str, int, int, Job]] = []
+        for s in seeds:
+            if open_p[s] is not None:
+                batch.append(("p", s, open_p[s], Job(workload, s, f"static-{open_p[s]}x{baselines.GENEROUS}")))
+            if open_d[s] is not None:
+                batch.append(("d", s, open_d[s], Job(workload, s, f"static-{baselines.GENEROUS}x{open_d[s]}")))
+        records = run_all([job for *_, job in batch], parallel)
+        for (which, s, n, _), record in zip(batch, records, strict=True):
+            score = record["score"]
+            starts = score["window_start_s"]
+            if which == "p":
+                ttft[s][n] = dict(zip(starts, score["ttft_pass"], strict=True))
+                done = all(score["ttft_pass"]) or n >= baselines.GENEROUS
+                open_p[s] = None if done else n + 1
+            else:
+                itl[s][n] = dict(zip(starts, score["itl_pass"], strict=True))
+                done = all(score["itl_pass"]) or n >= baselines.GENEROUS
+                open_d[s] = None if done else n + 1
+    return [baselines.Sweep(ttft[s], itl[s]) for s in seeds]
+
+
+def static_at(
+    workload: str, seeds: tuple[int, ...], found: list[baselines.Sweep], level: float, parallel: int
+) -> dict[str, Any] | None:
+    """The cheapest fixed split whose mean window attainment over the seeds reaches `level`, verified by joint
+    replays (the sweeps only propose candidates)."""
+    for p, d in baselines.static_candidates(found, level)[:12]:
+        records = run_all([Job(workload, s, f"static-{p}x{d}") for s in seeds], parallel)
+        mean = sum(r["score"]["attainment"] for r in records) / len(records)
+        if mean >= level - 1e-9:
+            return {"config": f"{p}P{d}D", "records": records}
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Driver
 
 
-def _trace(result: sim.Replay) -> dict[str, Any]:
-    """What the plots need from one replay: replicas every 10 s and the per-window p90s."""
-    every = result.samples[::10]
-    return {
-        "t": [x["t"] for x in every],
-        "prefill": [x["prefill"]["active"] + x["prefill"]["starting"] for x in every],
-        "decode": [x["decode"]["active"] + x["decode"]["starting"] for x in every],
-        "windows": window_p90s(result.per_request),
-    }
+def ours_job(workload: str, seed: int, label: str, params: dict[str, Any]) -> Job:
+    return Job(workload, seed, "ours" if not label else f"ours-{label}", json.dumps(params, sort_keys=True))
 
 
-def run_workload(name: str, npz: Path, planners: list[str], log: Callable[[str], None]) -> dict[str, Any]:
-    workload = workloads.ALL[name](SEED)
-    trace = workload.write(CACHE / f"{name}.jsonl")
-    rows: list[Row] = []
-    traces: dict[str, Any] = {}
-    started = time.time()
-    runs = []
-    for _ in range(REPEATS):
-        result = sim.replay(trace, npz, *INITIAL, policy=policies.Ours())
-        runs.append((evaluate(workload, "ours", result), result))
-    runs.sort(key=lambda run: (run[0].attainment, -run[0].gpu_hours))
-    median, result = runs[len(runs) // 2]
-    median.attainment_runs = tuple(r.attainment for r, _ in runs)
-    median.gpu_hours_runs = tuple(r.gpu_hours for r, _ in runs)
-    median.reversals_runs = tuple(r.reversals_per_hour for r, _ in runs)
-    rows.append(median)
-    traces["ours"] = _trace(result)
-    traces["ours_decisions"] = result.decisions
-    log(f"  {name}/ours x{REPEATS}: {time.time() - started:.0f}s")
-    result = sim.replay(trace, npz, *INITIAL, policy=policies.Hpa())
-    rows.append(evaluate(workload, "hpa", result))
-    traces["hpa"] = _trace(result)
-    log(f"  {name}/hpa: {time.time() - started:.0f}s")
-    failures = {}
-    for target in planners:
-        label = f"planner-{target}"
-        try:
-            result = sim.replay(trace, npz, *INITIAL, planner_config=planner_config(target))
-        except Exception as exc:  # the Planner's dependency stack is fragile; report, keep the other baselines
-            failures[label] = f"{type(exc).__name__}: {exc}"
-            log(f"  {name}/{label} failed: {failures[label]}")
-            continue
-        rows.append(evaluate(workload, label, result))
-        traces[label] = _trace(result)
-        log(f"  {name}/{label}: {time.time() - started:.0f}s")
-    static = Static(workload, trace, npz)
-    best = static.best()
-    bounds: dict[str, Any] = {}
-    if best is not None:
-        rows.append(best)
-        traces["static"] = _trace(static.replays[split(best.config)])
-        # The same comparison at the attainment ours reached, when that is below the target.
-        level = min(median.attainment, ATTAINMENT_TARGET)
-        equal = static.best(level) if level < ATTAINMENT_TARGET else best
-        bounds["static_at_ours"] = asdict(equal) if equal is not None else None
-        bounds["oracle"] = static.oracle(best)
-    log(
-        f"  {name}/static ({len(static.tried)} replays, best {best.config if best else 'none'}): "
-        f"{time.time() - started:.0f}s"
-    )
-    per_minute = [0] * int(workloads.MINUTES)
-    for r in workload.requests:
-        per_minute[min(int(r.at_s // 60), len(per_minute) - 1)] += 1
-    return {
-        "workload": name,
-        "description": workload.description,
-        "requests": len(workload.requests),
-        "steps_s": list(workload.steps_s),
-        "arrivals_per_minute": per_minute,
-        "rows": [asdict(r) for r in rows],
-        "static_tried": [asdict(v) for v in static.tried.values()],
-        "bounds": bounds,
-        "planner_failures": failures,
-        "traces": traces,
-    }
+def planner_jobs(workload: str, seed: int) -> list[Job]:
+    out = []
+    for predictor, interval, margin, load in baselines.PLANNER_GRID:
+        params = {"predictor": predictor, "interval_s": interval, "margin": margin, "load_loop": load}
+        out.append(Job(workload, seed, baselines.planner_id(predictor, interval, margin, load), json.dumps(params)))
+    return out
 
 
-def _run_one(name: str, npz: Path, planners: list[str]) -> str:
-    result = run_workload(name, npz, planners, lambda m: print(m, flush=True))
-    (CACHE / "partial" / f"{name}.json").write_text(json.dumps(result))
-    return name
+def hpa_job(workload: str, seed: int, queue_target: float, kv_target: float) -> Job:
+    params = json.dumps({"queue_target": queue_target, "kv_target": kv_target})
+    return Job(workload, seed, baselines.hpa_id(queue_target, kv_target), params)
+
+
+def choose_hpa(parallel: int) -> tuple[float, float]:
+    """The HPA targets with the most tuning workloads at >= 95% of windows, then the highest mean attainment, then
+    the fewest GPU-hours."""
+    tuning = workloads.names("tuning")
+    best: tuple[Any, ...] | None = None
+    for q, kv in baselines.HPA_GRID:
+        records = run_all([hpa_job(w, s, q, kv) for w in tuning for s in HPA_TUNING_SEEDS], parallel)
+        att = [r["score"]["attainment"] for r in records]
+        gpu = sum(r["score"]["gpu_hours"] for r in records)
+        rank = (sum(a >= ATTAINMENT_TARGET for a in att), sum(att), -gpu)
+        if best is None or rank > best[0]:
+            best = (rank, (q, kv))
+    assert best is not None
+    return best[1]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workloads", default=",".join(workloads.ALL))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", default="all", choices=["tuning", "held_out", "all"])
+    parser.add_argument("--workloads", default="", help="comma-separated subset of the split's workloads")
+    parser.add_argument("--seeds", default=",".join(map(str, workloads.SEEDS)))
+    parser.add_argument("--only", default="", help="comma-separated: ours, hpa, planner, static (default: all)")
+    parser.add_argument("--label", default="", help="name of an experimental variant of ours (with --tuning)")
     parser.add_argument(
-        "--planners",
-        default="sla,latency,throughput,profile,profile-only,profile-margin,profile-only-margin",
-        help="Dynamo Planner modes to run (see planner_config)",
+        "--tuning", default="{}", help='JSON overrides of Tuning for ours, e.g. {"burst_hold_windows": 1}'
     )
-    parser.add_argument("--jobs", type=int, default=2, help="workloads replayed in parallel (one process each)")
+    parser.add_argument("--jobs", type=int, default=2, help="replays in parallel (one process each)")
+    parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--cached-only", action="store_true", help="run no autoscaler replay; report the cached ones")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--no-report", action="store_true", help="only write the per-workload partial results")
-    parser.add_argument("--report-only", action="store_true", help="rebuild results/ from the cached partials")
     args = parser.parse_args()
-    partial = CACHE / "partial"
-    partial.mkdir(parents=True, exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    npz = sim.profile_npz(CACHE)
-    planners = [p for p in args.planners.split(",") if p]
-    names = [] if args.report_only else [n for n in args.workloads.split(",") if n]
-    # Longest first, so two workers finish together.
-    names.sort(key=lambda n: -len(workloads.ALL[n](SEED).requests))
-    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for done in pool.map(_run_one, names, itertools.repeat(npz), itertools.repeat(planners)):
-            print(f"{done}: done", flush=True)
+    global CACHED_ONLY
+    CACHED_ONLY = args.cached_only
+    names = [n for n in args.workloads.split(",") if n] or workloads.names(args.split)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    only = set(filter(None, args.only.split(","))) or {"ours", "hpa", "planner", "static"}
+    params = {"tuning": json.loads(args.tuning)} if args.tuning != "{}" else {}
+    sim.profile_npz(CACHE)
+    started = time.time()
+    results: dict[str, Any] = {"workloads": {}, "hpa_targets": None}
+    if "hpa" in only:
+        results["hpa_targets"] = choose_hpa(args.jobs)
+        print(f"HPA targets chosen on the tuning set: {results['hpa_targets']}", flush=True)
+    jobs: list[Job] = []
+    for name in names:
+        for seed in seeds:
+            if "ours" in only:
+                jobs.append(ours_job(name, seed, args.label, params))
+            if "hpa" in only:
+                jobs.append(hpa_job(name, seed, *results["hpa_targets"]))
+            if "planner" in only:
+                jobs.extend(planner_jobs(name, seed))
+    records = run_all(jobs, args.jobs, autoscalers=True)
+    by_cell: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_cell.setdefault(record["job"]["workload"], []).append(record)
+    for name in names:
+        entry: dict[str, Any] = {"split": workloads.FAMILIES[name][0], "runs": by_cell.get(name, [])}
+        if "static" in only:
+            found = sweeps(name, seeds, args.jobs)
+            entry["sweeps"] = [asdict(s) for s in found]
+            entry["oracle"] = [baselines.oracle_costs(s) for s in found]
+            entry["static_best"] = static_at(name, seeds, found, ATTAINMENT_TARGET, args.jobs)
+            ours = [r for r in entry["runs"] if r["job"]["policy"] == (f"ours-{args.label}" if args.label else "ours")]
+            if ours:
+                level = sum(r["score"]["attainment"] for r in ours) / len(ours)
+                entry["static_at_ours"] = static_at(name, seeds, found, min(level, ATTAINMENT_TARGET), args.jobs)
+        results["workloads"][name] = entry
+    print(f"done in {time.time() - started:.0f} s", flush=True)
+    summary = CACHE / "summary" / f"{args.split}-{args.label or 'ours'}.json"
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    summary.write_text(json.dumps(results))
     if not args.no_report:
         import report
 
-        done = [partial / f"{n}.json" for n in workloads.ALL if (partial / f"{n}.json").exists()]
-        report.write(args.out, [json.loads(path.read_text()) for path in done])
+        report.write(args.out, results, label=args.label)
 
 
 if __name__ == "__main__":

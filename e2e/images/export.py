@@ -27,8 +27,16 @@ def save_into(
     pipe(docker.command(["save", *refs]), consumer, env=docker.env, consumer_env=consumer_env or dict(os.environ))
 
 
+def _ctr_argv(address: str, namespace: str, ctr: str, *args: str) -> list[str]:
+    return [ctr, "--address", address, "--namespace", namespace, *args]
+
+
+def _ctr(address: str, namespace: str, ctr: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_ctr_argv(address, namespace, ctr, *args), capture_output=True, text=True, check=False)
+
+
 def ctr_import_argv(address: str, namespace: str = K8S_NAMESPACE, ctr: str = "ctr") -> list[str]:
-    return [ctr, "--address", address, "--namespace", namespace, "images", "import", "-"]
+    return _ctr_argv(address, namespace, ctr, "images", "import", "-")
 
 
 def containerd_name(ref: str) -> str:
@@ -43,15 +51,12 @@ def containerd_name(ref: str) -> str:
 
 def config_digest_in_containerd(ref: str, address: str, namespace: str = K8S_NAMESPACE, ctr: str = "ctr") -> str | None:
     """The image config digest (= Docker's image id) containerd holds under `ref`, or None if it has none."""
-    base = [ctr, "--address", address, "--namespace", namespace]
-    listed = subprocess.run(
-        [*base, "images", "ls", f"name=={containerd_name(ref)}"], capture_output=True, text=True, check=False
-    )
+    listed = _ctr(address, namespace, ctr, "images", "ls", f"name=={containerd_name(ref)}")
     rows = listed.stdout.splitlines()[1:] if listed.returncode == 0 else []
     if not rows:
         return None
     manifest_digest = rows[0].split()[2]
-    content = subprocess.run([*base, "content", "get", manifest_digest], capture_output=True, text=True, check=False)
+    content = _ctr(address, namespace, ctr, "content", "get", manifest_digest)
     if content.returncode != 0:
         return None
     try:
@@ -87,7 +92,7 @@ def load_into_containerd(
 
 
 def stale_refs(listed: Sequence[tuple[str, str]], image: BuiltImage) -> list[str]:
-    """What an import of `image` leaves behind in containerd: (name, manifest digest) rows to remove.
+    """The names to remove, given containerd's (name, manifest digest) rows, once `image` is imported.
 
     Older input-keyed tags of the same image, and the `sha256:<id>` names the kubelet's CRI gave each of them,
     once no other name points at that manifest. Without this every rebuild of the 6 GiB engine image stays on disk
@@ -127,20 +132,11 @@ def prune_older_builds(
 
 
 def _listed(address: str, namespace: str, ctr: str) -> list[tuple[str, str]]:
-    listed = subprocess.run(
-        [ctr, "--address", address, "--namespace", namespace, "images", "ls"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    listed = _ctr(address, namespace, ctr, "images", "ls")
     rows = [line.split() for line in listed.stdout.splitlines()[1:]] if listed.returncode == 0 else []
     return [(row[0], row[2]) for row in rows if len(row) >= 3]
 
 
 def _remove(refs: Sequence[str], address: str, namespace: str, ctr: str) -> None:
     if refs:
-        subprocess.run(
-            [ctr, "--address", address, "--namespace", namespace, "images", "rm", "--sync", *refs],
-            capture_output=True,
-            check=False,
-        )
+        _ctr(address, namespace, ctr, "images", "rm", "--sync", *refs)

@@ -80,6 +80,23 @@ def kv_config_name(deployment: str) -> str:
     return f"{deployment}-kv-config"
 
 
+def child_names(deployment: str) -> tuple[str, ...]:
+    """Every name a child of `deployment` can take: its own (the user-facing Service) and the suffixed ones."""
+    roles: tuple[Role, ...] = ("prefill", "decode", "router", "render", "kv-store")
+    return (
+        deployment,
+        *(child_name(deployment, role) for role in roles),
+        *(pool_service_name(deployment, pool) for pool in POOLS),
+        kv_config_name(deployment),
+    )
+
+
+CHILD_NAME_SUFFIXES: tuple[str, ...] = tuple(sorted(name[1:] for name in child_names("x")[1:]))
+"""`-decode`, `-decode-pool`, ...: a DisaggDeployment name may not end with one (D71). Then two DisaggDeployments
+in one namespace can never name a child alike: `a` + suffix = `b` would make `b` end with a suffix, and `a` + s =
+`b` + t (s != t) would need one suffix to end with another, which none does (tests/unit/test_names.py)."""
+
+
 def selector_labels(deployment: str, role: Role) -> dict[str, str]:
     """The labels that select every pod of a role: stable across revisions."""
     return {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: role}

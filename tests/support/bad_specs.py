@@ -39,9 +39,9 @@ class BadSpec:
     """Merged into BASE's spec: maps merge, anything else replaces."""
     path: str
     message: str
-    """A part of the problem's message, specific to the rule."""
+    """The start of the problem's message, specific to the rule."""
     fix: str
-    """A part of the fix."""
+    """The start of the fix."""
     ok: dict[str, Any]
     """The nearest spec (also merged into BASE's spec) that passes this rule."""
     cel: str | None = None
@@ -117,10 +117,25 @@ CASES: list[BadSpec] = [
         cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
     ),
     BadSpec(
+        "storage-all-three-sources",
+        {
+            "model": {
+                "name": "org/model",
+                "storage": {"persistentVolumeClaim": {"claimName": "m"}, "hostPath": {"path": "/m"}, "huggingFace": {}},
+            }
+        },
+        "spec.model.storage",
+        "persistentVolumeClaim and hostPath and huggingFace are set together",
+        "keep exactly one storage source",
+        ok={"model": {"name": "org/model", "storage": {"persistentVolumeClaim": {"claimName": "m"}}}},
+        cel="spec.model.storage",
+        cel_message="set only one of persistentVolumeClaim, hostPath or huggingFace",
+    ),
+    BadSpec(
         "topology-key-single-node",
         pools(decode={"scheduling": {"replicaTopologyKey": "zone"}}),
         "spec.decode.scheduling.replicaTopologyKey",
-        "this pool has one node per replica",
+        "it keeps the pods of a multi-node replica together, and this pool has one node per replica",
         "set nodesPerReplica above 1",
         ok=pools(decode={"tensorParallel": 2, "nodesPerReplica": 2, "scheduling": {"replicaTopologyKey": "zone"}}),
         cel="spec.decode.scheduling.replicaTopologyKey",
@@ -145,7 +160,7 @@ CASES: list[BadSpec] = [
         pools(decode={"resources": {"claims": [{"name": "c"}]}}),
         "spec.decode.resources.claims[0]",
         "a resource claim needs exactly one source",
-        "resourceClaimName (one shared claim)",
+        "set resourceClaimTemplateName (a claim per pod) or resourceClaimName (one shared claim)",
         ok=pools(decode={"resources": {"claims": [{"name": "c", "resourceClaimTemplateName": "t"}]}}),
         cel="spec.decode.resources.claims[0]",
         cel_message="exactly one of resourceClaimTemplateName or resourceClaimName",
@@ -195,7 +210,7 @@ CASES: list[BadSpec] = [
         {"transfer": {"connector": "nixl", "custom": {"connectorClass": "PluginConnector"}}},
         "spec.transfer.custom",
         "set, but spec.transfer.connector is nixl",
-        "set spec.transfer.connector to custom",
+        "remove spec.transfer.custom, or set spec.transfer.connector to custom",
         ok={"transfer": CUSTOM},
         cel="spec.transfer.custom",
         cel_message="spec.transfer.custom must be set exactly when spec.transfer.connector is custom",
@@ -328,7 +343,7 @@ CASES: list[BadSpec] = [
         {"transfer": CUSTOM, **pools(prefill={"customContainer": {"image": "e:1"}})},
         "spec.prefill.customContainer",
         "the prefill pool always runs vLLM",
-        "only the decode pool may run a non-vLLM engine",
+        "remove it; only the decode pool may run a non-vLLM engine",
         ok={"transfer": CUSTOM, **pools(decode={"customContainer": {"image": "e:1"}})},
         cel="spec.prefill.customContainer",
         cel_message="the prefill pool always runs vLLM",
@@ -426,12 +441,29 @@ CASES: list[BadSpec] = [
         ok={**HYBRID, **pools(prefill={"engine": {"extraArgs": ["--enforce-eager"]}})},
     ),
     BadSpec(
+        "hybrid-hma-disabled-with-a-value",
+        {**HYBRID, **pools(decode={"engine": {"extraArgs": ["--disable-hybrid-kv-cache-manager=true"]}})},
+        "spec.decode.engine.extraArgs[0]",
+        "hybrid SSM models require the hybrid KV cache manager",
+        "remove --disable-hybrid-kv-cache-manager",
+        ok={**HYBRID, **pools(decode={"engine": {"extraArgs": ["--disable-hybrid-kv-cache-managers=true"]}})},
+    ),
+    BadSpec(
+        # The general prefill <= decode rule stands aside for hybrid models: their own rule asks for equal sizes.
+        "hybrid-prefill-block-larger",
+        {**HYBRID, **pools(prefill={"engine": {"blockSize": 128}}, decode={"engine": {"blockSize": 64}})},
+        "spec.decode.engine.blockSize",
+        "hybrid SSM models need the same block size on both pools (prefill 128, decode 64)",
+        "set spec.engine.blockSize once",
+        ok={**HYBRID, **pools(prefill={"engine": {"blockSize": 64}}, decode={"engine": {"blockSize": 64}})},
+    ),
+    BadSpec(
         "hybrid-conv-state-layout",
         {**HYBRID, "engine": {"env": [{"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "SD"}]}},
         "spec.engine.env[0]",
         "VLLM_SSM_CONV_STATE_LAYOUT must be DS for hybrid SSM models in P/D",
         "remove the variable",
-        ok={**HYBRID, "engine": {"env": [{"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"}]}},
+        ok={**HYBRID, "engine": {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}},  # DS twice: D72
     ),
     # -- engines of both pools -------------------------------------------------------------------------------------
     BadSpec(
@@ -468,8 +500,8 @@ CASES: list[BadSpec] = [
             decode={"engine": {"speculative": {"method": "draft_model", "model": "org/b", "numSpeculativeTokens": 2}}},
         ),
         "spec.decode.engine.speculative",
-        "(prefill draft_model with org/a, decode draft_model with org/b)",
-        "numSpeculativeTokens may differ",
+        "speculative decoding differs between pools (prefill draft_model with org/a, decode draft_model with org/b)",
+        "use the same method and model on both pools (numSpeculativeTokens may differ)",
         ok={"engine": {"speculative": {"method": "draft_model", "model": "org/a", "numSpeculativeTokens": 2}}},
     ),
     # -- autoscaling and scaling -----------------------------------------------------------------------------------
@@ -538,7 +570,7 @@ CASES: list[BadSpec] = [
         {"scaling": {"metrics": {"source": "direct", "prometheus": {"url": "http://p:9090"}}}},
         "spec.scaling.metrics.prometheus",
         "must be set exactly when spec.scaling.metrics.source is prometheus",
-        "or remove the block",
+        "add prometheus.url with source prometheus, or remove the block",
         ok={"scaling": {"metrics": {"source": "direct"}}},
         cel="spec.scaling.metrics",
         cel_message="spec.scaling.metrics.prometheus must be set exactly when source is prometheus",
@@ -662,6 +694,30 @@ CASES: list[BadSpec] = [
         ok=pools(decode={"engine": {"extraArgs": ["--tensor-parallel-size-x", "2"]}}),
     ),
     BadSpec(
+        "owned-flag-in-the-prefill-pool",
+        pools(prefill={"engine": {"extraArgs": ["-tp", "2"]}}),
+        "spec.prefill.engine.extraArgs[0]",
+        "-tp is rendered by the operator",
+        "remove it and set spec.prefill.tensorParallel instead",
+        ok=pools(prefill={"engine": {"extraArgs": ["2"]}}),
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-spec-engine",
+        {"engine": {"extraArgs": ["--max-model-len=4096"]}},
+        "spec.engine.extraArgs[0]",
+        "--max-model-len is rendered by the operator",
+        "remove it and set spec.engine.maxModelLen instead",
+        ok={"engine": {"maxModelLen": 4096}},
+    ),
+    BadSpec(
+        "owned-engine-setting-flag-in-a-pool",
+        pools(decode={"engine": {"extraArgs": ["--block-size", "32"]}}),
+        "spec.decode.engine.extraArgs[0]",
+        "--block-size is rendered by the operator",
+        "remove it and set spec.decode.engine.blockSize instead",
+        ok=pools(decode={"engine": {"extraArgs": ["32"]}}),
+    ),
+    BadSpec(
         "abbreviated-owned-flag",
         {"engine": {"extraArgs": ["--kv-transfer"]}},
         "spec.engine.extraArgs[0]",
@@ -746,11 +802,98 @@ CASES: list[BadSpec] = [
             **pools(prefill={"tensorParallel": 4}),
         },
     ),
+    # -- rules of the harden branch (D71, D72) that CEL also holds ------------------------------------------------
+    BadSpec(
+        "name-ends-like-a-child",
+        {},
+        "metadata.name",
+        "'x-router' ends with -router, so it is the name of a child",
+        "choose a name that does not end with",
+        ok={},
+        metadata={"name": "x-router"},
+        ok_metadata={"name": "x-routers"},
+        cel="",
+        cel_message="metadata.name must not end with -decode",
+    ),
+    BadSpec(
+        "custom-decode-over-two-nodes",
+        {
+            "transfer": CUSTOM,
+            "decode": {"nodesPerReplica": 2, "tensorParallel": 2, "customContainer": {"image": "i", "port": 5557}},
+        },
+        "spec.decode.nodesPerReplica",
+        "a custom decode container runs as one pod per replica",
+        "set nodesPerReplica to 1",
+        ok={
+            "transfer": CUSTOM,
+            "decode": {"nodesPerReplica": 1, "tensorParallel": 2, "customContainer": {"image": "i", "port": 5557}},
+        },
+        cel="spec.decode.nodesPerReplica",
+        cel_message="a custom decode container runs as one pod per replica",
+    ),
+    BadSpec(
+        "lmcache-with-mooncake-store",
+        {"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "mooncake"}}},
+        "spec.kvCache.store.type",
+        "connector lmcache moves KV through an LMCache server, and one DisaggDeployment runs one KV-store daemon: "
+        "with a Mooncake store the LMCache server would not be deployed",
+        "use store type lmcache",
+        ok={"transfer": {"connector": "lmcache"}, "kvCache": {"store": {"type": "lmcache"}}},
+        cel="spec.kvCache.store.type",
+        cel_message="connector lmcache needs its LMCache server",
+    ),
+    BadSpec(
+        "value-from-no-source",
+        {"engine": {"env": [{"name": "A", "valueFrom": {}}]}},
+        "spec.engine.env[0].valueFrom",
+        "valueFrom names 0 sources",
+        "set exactly one of secretKeyRef, configMapKeyRef or fieldRef",
+        ok={"engine": {"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}},
+        cel="spec.engine.env[0].valueFrom",
+        cel_message="set exactly one of secretKeyRef, configMapKeyRef or fieldRef",
+    ),
+    BadSpec(
+        "toleration-exists-with-value",
+        pools(decode={"scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "operator Exists matches any value",
+        "remove value, or use Equal",
+        ok=pools(decode={"scheduling": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="a toleration with operator Exists matches any value",
+    ),
+    BadSpec(
+        "toleration-without-key",
+        pools(decode={"scheduling": {"tolerations": [{"value": "x"}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "a toleration without a key matches every taint",
+        "set key, or set operator Exists",
+        ok=pools(decode={"scheduling": {"tolerations": [{"operator": "Exists"}]}}),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="a toleration without a key matches every taint",
+    ),
+    BadSpec(
+        "toleration-seconds-without-no-execute",
+        pools(decode={"scheduling": {"tolerations": [{"key": "a", "operator": "Exists", "tolerationSeconds": 5}]}}),
+        "spec.decode.scheduling.tolerations[0]",
+        "tolerationSeconds applies to NoExecute taints only",
+        "set effect NoExecute",
+        ok=pools(
+            decode={
+                "scheduling": {
+                    "tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]
+                }
+            }
+        ),
+        cel="spec.decode.scheduling.tolerations[0]",
+        cel_message="tolerationSeconds applies to NoExecute taints only",
+    ),
 ]
 
 
 @functools.cache
-def _program(rule: str) -> Any:
+def cel_program(rule: str) -> Any:
+    """A CEL rule compiled once."""
     environment = celpy.Environment()
     return environment.program(environment.compile(rule))
 
@@ -758,7 +901,7 @@ def _program(rule: str) -> Any:
 def violated_cel_rules(schema: Mapping[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
     """Every CEL rule the (defaulted) value breaks, as (rule, field path, message)."""
     for rule in schema.get("x-kubernetes-validations", []):
-        outcome = _program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
+        outcome = cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(value)})
         if isinstance(outcome, Exception) or not bool(outcome):
             yield rule["rule"], path + rule.get("fieldPath", ""), rule["message"]
     if isinstance(value, dict):

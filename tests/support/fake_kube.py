@@ -11,6 +11,8 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
   unless forced, and forcing takes the field over; an apply that changes nothing writes nothing;
 - lists are atomic, except the lists the API keys by a field (ownerReferences by uid; containers, env, volumes,
   resource claims by name; volume mounts by path; ports by number and protocol), which merge item by item;
+- an apply carrying metadata.uid is a precondition: 409 when no object exists, 422 (uid immutable) when the object
+  at that name has another uid;
 - server-set metadata: uid, one resourceVersion counter for every write, generation (bumped by changes outside
   metadata and status, for the kinds that have one), creationTimestamp; status is written only through /status;
 - update by another client (`update`), e.g. `kubectl edit`, an HPA or a controller: it takes the fields it
@@ -466,6 +468,17 @@ class FakeApiServer:
         wanted = body["metadata"].get("resourceVersion")
         if existing is not None and wanted is not None and wanted != existing.obj["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", _modified(kind, name))
+        uid = body["metadata"].get("uid")
+        if uid is not None and existing is None:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind.plural} "{name}": uid mismatch: the provided object '
+                f"specified uid {uid}, and no existing object was found",
+            )
+        if uid is not None and existing is not None and uid != existing.obj["metadata"]["uid"]:
+            message = f'{kind.name} "{name}" is invalid: metadata.uid: Invalid value: "{uid}": field is immutable'
+            raise ApiError(422, "Invalid", message)
         config = self._owned_part(body)
         nodes = dict(_walk(config))
         applied = set(nodes)

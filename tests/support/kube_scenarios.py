@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from disagg.names import API_VERSION, KIND
 from disagg.reconcile.children import FIELD_MANAGER, REPLICAS_MANAGER
 from disagg.reconcile.kube import Kube, KubeError, Transport, path
@@ -326,6 +328,27 @@ async def missing_objects_read_as_none(c: Cluster) -> None:
     assert status == 404 and body["reason"] == "NotFound"
 
 
+async def an_apply_carrying_a_uid_writes_only_the_object_with_that_uid(c: Cluster) -> None:
+    """The operator's precondition (D70): a uid in the body makes an apply refuse a missing or replaced object."""
+    ghost = config_map(c.namespace, "ghost", {"k": "1"}, uid="00000000-0000-0000-0000-000000000001")
+    with pytest.raises(KubeError) as missing:
+        await c.kube.apply(ghost)
+    assert missing.value.status == 409 and missing.value.replaced
+    assert await c.kube.get("ConfigMap", c.namespace, "ghost") is None
+    first = await c.kube.apply(config_map(c.namespace, "held", {"k": "1"}))
+    uid = first["metadata"]["uid"]
+    updated = await c.kube.apply(config_map(c.namespace, "held", {"k": "2"}, uid=uid))
+    assert updated["data"] == {"k": "2"} and updated["metadata"]["uid"] == uid
+    assert not any("f:uid" in json.dumps(entry) for entry in updated["metadata"]["managedFields"])
+    await c.kube.delete("ConfigMap", c.namespace, "held")
+    await c.kube.apply(config_map(c.namespace, "held", {"k": "someone else's"}), manager="another-team")
+    with pytest.raises(KubeError) as replaced:
+        await c.kube.apply(config_map(c.namespace, "held", {"k": "3"}, uid=uid))
+    assert replaced.value.status == 422 and replaced.value.replaced
+    again = await c.kube.get("ConfigMap", c.namespace, "held")
+    assert again is not None and again["data"] == {"k": "someone else's"}
+
+
 SCENARIOS: list[Callable[[Cluster], Awaitable[None]]] = [
     apply_that_changes_nothing_writes_nothing,
     a_field_a_manager_stops_sending_goes_unless_another_owns_it,
@@ -343,4 +366,5 @@ SCENARIOS: list[Callable[[Cluster], Awaitable[None]]] = [
     kinds_the_server_does_not_serve_are_missing_apis,
     status_merge_patches_remove_what_is_null,
     missing_objects_read_as_none,
+    an_apply_carrying_a_uid_writes_only_the_object_with_that_uid,
 ]

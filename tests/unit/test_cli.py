@@ -116,3 +116,31 @@ def test_plan_explains_the_commands() -> None:
     # examples/01-minimal.yaml: prefill 2, decode 1
     assert "Deployment qwen3-32b-prefill: 2 replicas\n" in result.output
     assert "Deployment qwen3-32b-decode: 1 replica\n" in result.output
+
+
+PINNED_PER_RANK = """
+apiVersion: disagg.dev/v1alpha1
+kind: DisaggDeployment
+metadata: {name: m}
+spec:
+  model: {name: org/model}
+  kvCache: {cpu: {size: 8Gi}}
+  prefill: {replicas: 1}
+  decode: {replicas: 1, dataParallel: 2, resources: {memory: 16Gi, shmSize: 4Gi}}
+"""
+
+
+def test_plan_states_the_memory_of_each_pod(tmp_path: Path) -> None:
+    """D75: the CPU tier is pinned per data-parallel rank, on top of the user's memory, and /dev/shm counts
+    against the pod's memory; `disagg plan` says so in the figures the pods are rendered with."""
+    spec = tmp_path / "dd.yaml"
+    spec.write_text(PINNED_PER_RANK)
+    result = CliRunner().invoke(cli, ["plan", "-f", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "decode pod memory: request 32Gi, limit 32Gi = 16Gi spec.decode.resources.memory + 16Gi pinned for KV tiers "
+        "(2 engines x 8Gi); /dev/shm up to 4Gi (memory-backed: it counts against the pod's memory)"
+    ) in result.output
+    assert "prefill pod memory: request 8Gi, no limit = 8Gi pinned for KV tiers (1 engine x 8Gi)" in result.output
+    rendered = CliRunner().invoke(cli, ["render", "-n", "ns", "-f", str(spec)])
+    assert "memory: 32Gi" in rendered.output

@@ -60,8 +60,9 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
 - its own resource: get (the pass reads it), list/watch (kopf), patch status; update finalizers because children's
   ownerReferences set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows only to those who may
   update the owner's finalizers;
-- every child kind: server-side apply (create + patch), list (the pass) and watch (kopf), delete to prune; get only
-  for the workloads whose replicas an autoscaler may hold (read before the hand-over);
+- every child kind: server-side apply (create + patch), list (the pass) and watch (kopf), delete to prune, get to
+  claim a desired child the list did not return (a name taken by an object that is not ours is never written) and
+  to read a workload before a replicas hand-over;
 - pods: list (diagnostics, the scaler's metrics, the serving check) and get/watch because the router's Role grants
   them (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate remediation);
   pods/status: patch (the serving readiness gate); replicasets: list (rolling a stuck rollout back); events: create.
@@ -75,10 +76,10 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   verbs: [patch]
 - apiGroups: [""]
   resources: [serviceaccounts, configmaps, services]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]

@@ -14,9 +14,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from disagg.names import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from disagg.names import CHILD_NAME_SUFFIXES, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 
-from .deployment import DisaggDeploymentSpec
+from .deployment import RESERVED_SUFFIX_PATTERN, DisaggDeploymentSpec
 from .status import DisaggDeploymentStatus
 
 # JSONSchemaProps keys the API server understands; anything else pydantic emits (title, $defs, examples...) goes.
@@ -193,7 +193,14 @@ def resource_schema() -> dict[str, Any]:
                 "message": "metadata.name must be at most 40 characters (children and their pods are named after "
                 "it): choose a shorter name",
                 "reason": "FieldValueInvalid",
-            }
+            },
+            {
+                "rule": f"!self.metadata.name.matches('{RESERVED_SUFFIX_PATTERN}')",
+                "message": "metadata.name must not end with "
+                + ", ".join(CHILD_NAME_SUFFIXES)
+                + " (the names of another DisaggDeployment's children): choose another name",
+                "reason": "FieldValueInvalid",
+            },
         ],
     }
 

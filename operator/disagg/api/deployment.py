@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
+
+from disagg.names import CHILD_NAME_SUFFIXES
 
 from .base import ApiModel
 from .cel import CelRule
 from .engine import EngineSpec
+from .errors import rule_error
 from .frontend import FrontendSpec
 from .kvcache import KvCacheSpec
 from .model import ModelSpec
@@ -23,6 +26,21 @@ MAX_NAME_LENGTH = 40
 """Children are named <name>-prefill etc., and LeaderWorkerSet pods add replica and worker indices and a
 revision hash to label values capped at 63 characters, so the resource name itself must stay short."""
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+RESERVED_SUFFIX_PATTERN = f"({'|'.join(CHILD_NAME_SUFFIXES)})$"
+"""Names ending like a child's (D71): `x-router` would be the router Service of `x`."""
+
+
+def _check_name(name: str) -> str:
+    suffix = next((suffix for suffix in CHILD_NAME_SUFFIXES if name.endswith(suffix)), None)
+    if suffix is not None:
+        owner = name.removesuffix(suffix)
+        raise rule_error(
+            f"{name!r} ends with {suffix}, so it is the name of a child of a DisaggDeployment named {owner!r} and "
+            "two DisaggDeployments in the namespace could fight over one object",
+            f"choose a name that does not end with {', '.join(CHILD_NAME_SUFFIXES)}",
+        )
+    return name
+
 
 _ACTIVE_OPERATOR_SCALING = "self.{pool}.autoscaling.enabled && self.{pool}.autoscaling.controller == 'operator'"
 
@@ -64,6 +82,18 @@ SPEC_CEL_RULES = (
         field_path=".decode.customContainer",
     ),
     CelRule(
+        rule="!has(self.decode.customContainer) || self.decode.nodesPerReplica == 1",
+        message="a custom decode container runs as one pod per replica: set spec.decode.nodesPerReplica to 1",
+        field_path=".decode.nodesPerReplica",
+    ),
+    CelRule(
+        rule="!(self.transfer.connector == 'lmcache' && has(self.kvCache.store) && self.kvCache.store.type == "
+        "'mooncake')",
+        message="connector lmcache needs its LMCache server, and a DisaggDeployment runs one KV-store daemon: use "
+        "spec.kvCache.store.type lmcache, no store, or another connector",
+        field_path=".kvCache.store.type",
+    ),
+    CelRule(
         rule="!(self.model.family == 'dense' && (self.prefill.expertParallel || self.decode.expertParallel))",
         message="expertParallel needs a mixture-of-experts model but spec.model.family is dense: set family to moe "
         "(or mla/auto), or turn expertParallel off",
@@ -101,9 +131,9 @@ class ObjectMeta(ApiModel):
 
     model_config = ConfigDict(strict=False)
 
-    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)] = Field(
-        description="Name; children are named after it."
-    )
+    name: Annotated[
+        str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN), AfterValidator(_check_name)
+    ] = Field(description="Name; children are named after it.")
     namespace: Annotated[str, Field(min_length=1, max_length=63)] | None = Field(default=None, description="Namespace.")
     labels: Labels = Field(default_factory=dict, description="Labels.")
     annotations: Annotations = Field(default_factory=dict, description="Annotations.")

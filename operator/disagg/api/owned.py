@@ -5,6 +5,13 @@ from __future__ import annotations
 ENGINE_HTTP_PORT = 8000
 """Every vLLM engine serves HTTP (the OpenAI API, /health and /metrics) on this container port."""
 
+SHM_PATH = "/dev/shm"
+HUGEPAGES_PATH = "/dev/hugepages"
+KV_CONFIG_DIR = "/etc/disagg/kv"
+"""Where the KV ConfigMap (Mooncake JSON, LMCache YAML) is mounted in engine containers."""
+OPERATOR_MOUNT_PATHS = {SHM_PATH: "/dev/shm", HUGEPAGES_PATH: "huge pages", KV_CONFIG_DIR: "the KV configuration"}
+"""Mount paths of engine containers the operator decides; the model and disk-tier paths are the user's."""
+
 # flag (and its short aliases) -> the field that controls it
 OWNED_ENGINE_FLAGS: dict[str, str] = {
     "--model": "spec.model.name",
@@ -75,6 +82,9 @@ OWNED_ENGINE_FLAGS: dict[str, str] = {
 }
 
 OWNED_ENGINE_ENV: dict[str, str] = {
+    "POD_IP": "nothing (the operator sets it to the pod IP)",
+    "DISAGG_PREFILL_HOST": "nothing (the operator sets it to the prefill pool's Service)",
+    "DISAGG_DECODE_HOST": "nothing (the operator sets it to the decode pool's Service)",
     "VLLM_NIXL_SIDE_CHANNEL_HOST": "nothing (it is always the pod IP)",
     "VLLM_NIXL_SIDE_CHANNEL_PORT": "spec.transfer.nixl.sideChannelPort",
     "VLLM_HOST_IP": "nothing (it is always the pod IP)",
@@ -115,3 +125,6 @@ OWNED_ROUTER_FLAGS: dict[str, str] = {
     "--prefill-policy": "spec.frontend.router.prefillPolicy",
     "--decode-policy": "spec.frontend.router.decodePolicy",
 }
+
+ROUTER_ENV = ("POD_NAMESPACE", "DISAGG_PREFILL_HOST", "DISAGG_DECODE_HOST")
+"""Variables every router container gets from the operator."""

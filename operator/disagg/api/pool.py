@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from disagg.names import PoolName as PoolName  # re-exported: scaling/ still imports it from here
 
 from .base import ApiModel
 from .cel import CelRule, exactly_one_of, with_cel
 from .engine import EngineSettings
+from .errors import rule_error
+from .placement import Affinity, TopologySpreadConstraint
 from .types import (
     Annotations,
     ArgList,
@@ -81,6 +83,19 @@ class PoolResources(ApiModel):
     )
 
 
+def _one_constraint_per_key(constraints: list[TopologySpreadConstraint]) -> list[TopologySpreadConstraint]:
+    seen = set()
+    for constraint in constraints:
+        key = (constraint.topology_key, constraint.when_unsatisfiable)
+        if key in seen:
+            raise rule_error(
+                f"two constraints spread over {key[0]} with whenUnsatisfiable {key[1]}",
+                "keep one constraint per topologyKey and whenUnsatisfiable",
+            )
+        seen.add(key)
+    return constraints
+
+
 class Scheduling(ApiModel):
     """Where engine pods may run."""
 
@@ -88,16 +103,16 @@ class Scheduling(ApiModel):
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(
         default_factory=list, description="Taints the pods tolerate (GPU nodes are often tainted)."
     )
-    affinity: dict[str, Any] | None = Field(
+    affinity: Affinity | None = Field(
         default=None,
         description="Kubernetes affinity (nodeAffinity, podAffinity, podAntiAffinity) as in a pod spec.",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
-    topology_spread_constraints: Annotated[list[dict[str, Any]], Field(max_length=8)] = Field(
+    topology_spread_constraints: Annotated[
+        list[TopologySpreadConstraint], Field(max_length=8), AfterValidator(_one_constraint_per_key)
+    ] = Field(
         default_factory=list,
         description="Kubernetes topologySpreadConstraints as in a pod spec. Their labelSelector may use the "
         "pool's labels (disagg.dev/deployment, disagg.dev/role).",
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
     )
     priority_class_name: ObjectName | None = Field(default=None, description="PriorityClass of the pods.")
     scheduler_name: ObjectName | None = Field(

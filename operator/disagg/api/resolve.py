@@ -8,6 +8,7 @@ never the spec, so no planner derives a fact again.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -31,7 +32,8 @@ from .transfer import (
     NixlSettings,
     TransferSpec,
 )
-from .types import EnvVar, Quantity
+from .types import EnvVar, IntOrPercent, Quantity
+from .units import parse_quantity
 
 ResolvedFamily = Literal["dense", "moe", "mla", "hybrid-ssm"]
 DEFAULT_PULL_POLICY = "IfNotPresent"
@@ -140,6 +142,91 @@ ONE_POD = ReplicaLayout("single", 1, 1)
 """The layout of a custom engine: one pod per replica, whatever it does inside."""
 
 
+def pool_layout(pool: PoolSpec) -> ReplicaLayout:
+    return replica_layout(pool) if pool.custom_container is None else ONE_POD
+
+
+DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
+"""(maxSurge, maxUnavailable): prefill may lose one replica at a time during an update; decode surges first so its
+last replica never goes."""
+
+
+GATED_ROLLOUT: tuple[IntOrPercent, IntOrPercent] = ("100%", 0)
+"""(maxSurge, maxUnavailable) of pools behind the serving readiness gate (D102, D103): every new pod may start at
+once, none is removed before a new one is admitted; the operator's admissions pace the rollout."""
+
+
+def effective_rollout(pool: PoolSpec, role: PoolName, gated: bool = False) -> tuple[IntOrPercent, IntOrPercent]:
+    """The pool's rolling-update limits: the defaults (of a gated pool, or of its role) with the user's settings
+    laid over them."""
+    surge, unavailable = GATED_ROLLOUT if gated else DEFAULT_ROLLOUT[role]
+    rollout = pool.rollout
+    return (
+        surge if rollout.max_surge is None else rollout.max_surge,
+        unavailable if rollout.max_unavailable is None else rollout.max_unavailable,
+    )
+
+
+# -- memory of one engine pod -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodMemory:
+    """What one engine pod gets in memory (D75), decided once for the pod's resources and for `disagg plan`."""
+
+    given: int | None
+    """resources.memory in bytes, or None when the user left it to the scheduler."""
+    pinned_per_engine: int
+    """Host memory each engine (data-parallel rank) pins for KV: the CPU tier, the Mooncake store's segment and
+    buffer."""
+    engines: int
+    """Engines (data-parallel ranks) in the pod."""
+    shm: int
+    """Size of /dev/shm, a memory-backed emptyDir: what vLLM's processes write there counts against the limit."""
+
+    @property
+    def pinned(self) -> int:
+        return self.pinned_per_engine * self.engines
+
+    @property
+    def request(self) -> int | None:
+        """The pod's memory request: the user's memory plus the pinned memory, or the pinned memory alone."""
+        if self.given is not None:
+            return self.given + self.pinned
+        return self.pinned or None
+
+    @property
+    def limit(self) -> int | None:
+        """Equal to the request when the user gave memory; unlimited otherwise."""
+        return self.given + self.pinned if self.given is not None else None
+
+
+def pinned_host_bytes(spec: DisaggDeploymentSpec, role: PoolName) -> int:
+    """Host memory one engine of the pool pins for KV tiers (none for a custom engine, which gets no tiers)."""
+    if pool_of(spec, role).custom_container is not None:
+        return 0
+    pinned = 0
+    tiers = spec.kv_cache
+    if tiers.cpu is not None and role in tiers.cpu.pools:
+        pinned += int(parse_quantity(tiers.cpu.size))
+    store = mooncake_store(spec)
+    if store is not None and tiers.store is not None and role in tiers.store.pools:
+        pinned += int(parse_quantity(store.global_segment_size)) + int(parse_quantity(store.local_buffer_size))
+    return pinned
+
+
+def pod_memory(spec: DisaggDeploymentSpec, role: PoolName) -> PodMemory:
+    pool = pool_of(spec, role)
+    resources = pool.resources
+    given = None if resources.memory is None else math.ceil(parse_quantity(resources.memory))
+    return PodMemory(
+        given=given,
+        pinned_per_engine=pinned_host_bytes(spec, role),
+        engines=pool_layout(pool).ranks_per_pod,
+        shm=math.ceil(parse_quantity(resources.shm_size)),
+    )
+
+
 # -- connector settings with their defaults ---------------------------------------------------------------------
 
 
@@ -226,6 +313,7 @@ class ResolvedPool:
     layout: ReplicaLayout
     gpus_per_replica: int
     gpus_per_pod: int
+    memory: PodMemory
     selector: dict[str, str]
     """Labels selecting every pod of the pool."""
     api_selector: dict[str, str]
@@ -244,7 +332,7 @@ class ResolvedPool:
 def resolve_pool(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) -> ResolvedPool:
     pool = pool_of(spec, role)
     engine = effective_engine(spec, role)
-    layout = replica_layout(pool) if pool.custom_container is None else ONE_POD
+    layout = pool_layout(pool)
     return ResolvedPool(
         role=role,
         spec=pool,
@@ -254,6 +342,7 @@ def resolve_pool(spec: DisaggDeploymentSpec, deployment: str, role: PoolName) ->
         layout=layout,
         gpus_per_replica=gpus_per_replica(pool),
         gpus_per_pod=gpus_per_pod(pool),
+        memory=pod_memory(spec, role),
         selector=selector_labels(deployment, role),
         api_selector=api_pod_selector(deployment, role, layout.multi_node),
     )

@@ -35,19 +35,19 @@ class UnitError(ValueError):
 def is_quantity(value: int | str) -> bool:
     if isinstance(value, int):
         return True
-    return bool(_QUANTITY_RE.match(value))
+    return bool(_QUANTITY_RE.fullmatch(value))
 
 
 def parse_quantity(value: int | str) -> Decimal:
     """Return the quantity's value in base units (bytes for memory, cores for CPU)."""
     if isinstance(value, int):
         return Decimal(value)
-    if not _QUANTITY_RE.match(value):
+    if not _QUANTITY_RE.fullmatch(value):  # fullmatch: `$` alone would accept a trailing newline
         raise UnitError(f"{value!r} is not a Kubernetes quantity such as 16Gi, 500m or 2")
     for suffix, factor in _BINARY_SUFFIXES.items():
         if value.endswith(suffix):
             return Decimal(value[: -len(suffix)]) * factor
-    if re.search(r"[eE][+-]?[0-9]+$", value):
+    if re.search(r"[eE][+-]?[0-9]+\Z", value):
         try:
             return Decimal(value)
         except InvalidOperation as exc:  # pragma: no cover - the regex already matched
@@ -69,7 +69,7 @@ def format_binary_quantity(amount: Decimal | int) -> str:
 
 def parse_duration(value: str) -> Decimal:
     """Return a duration such as "1m30s" or "250ms" in seconds."""
-    if not _DURATION_RE.match(value):
+    if not _DURATION_RE.fullmatch(value):
         raise UnitError(f"{value!r} is not a duration such as 500ms, 30s, 5m or 1h")
     return sum(
         (Decimal(number) * _DURATION_UNITS[unit] for number, unit in _DURATION_PART_RE.findall(value)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from disagg.names import API_VERSION, GROUP, KIND
 
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
-from .errors import Problem, problems_from_validation_error
+from .errors import Problem, join_path, problems_from_validation_error
 from .rules import check_spec
 
 
@@ -35,7 +36,7 @@ def validate_deployment(document: Any) -> ValidationResult:
         got = type(document).__name__
         problem = Problem("(document)", f"expected a mapping, got {got}", "write a YAML object")
         return ValidationResult(problems=[problem])
-    header = list(_header_problems(document))
+    header = list(_header_problems(document)) or list(_text_problems(document))
     if header:
         return ValidationResult(problems=header)
     try:
@@ -50,12 +51,33 @@ def validate_spec(spec: Any) -> tuple[DisaggDeploymentSpec | None, list[Problem]
     """Validate only a spec (what the operator receives from kopf); paths still start at `spec`."""
     if not isinstance(spec, Mapping):
         return None, [Problem("spec", "expected a mapping", "write the spec as a YAML object")]
+    text = list(_text_problems(spec, ("spec",)))
+    if text:
+        return None, text
     try:
         parsed = DisaggDeploymentSpec.model_validate(dict(spec))
     except ValidationError as exc:
         return None, problems_from_validation_error(exc, known_fields(), prefix=("spec",))
     problems = check_spec(parsed)
     return (None if problems else parsed), problems
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_problems(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[Problem]:
+    """Strings holding half of a UTF-16 surrogate pair: not text at all (no YAML or JSON from the API server has
+    them, but a Python caller can), and nothing downstream could encode them."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            yield Problem(join_path(path) or "(document)", "contains a lone UTF-16 surrogate", "remove it")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _text_problems(key, (*path, str(key)))
+            yield from _text_problems(item, (*path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _text_problems(item, (*path, index))
 
 
 def is_disagg_document(document: Any) -> bool:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from disagg.api.resolve import PodMemory
+from disagg.api.units import format_binary_quantity
 from disagg.plan import build_plan
 
 from ._inputs import FILES_OPTION, load_valid
@@ -25,6 +27,8 @@ def plan_command(files: tuple[Path, ...]) -> None:
             owner = " (replicas owned by the autoscaler)" if workload.replicas_owned_elsewhere else ""
             noun = "replica" if workload.replicas == 1 else "replicas"
             click.echo(f"  {workload.kind} {workload.name}: {workload.replicas} {noun}{group}{owner}")
+        for role, memory in plan.pod_memory.items():
+            click.echo(f"  {role} pod memory: {describe_memory(role, memory)}")
         for engine in plan.engines:
             click.echo(f"\n  {engine.role}: vllm serve {shlex.join(engine.argv)}")
             if engine.worker_argv is not None:
@@ -39,3 +43,22 @@ def plan_command(files: tuple[Path, ...]) -> None:
         if plan.render_tier_argv is not None:
             click.echo(f"  render: vllm launch render {shlex.join(plan.render_tier_argv)}")
         click.echo("")
+
+
+def describe_memory(role: str, memory: PodMemory) -> str:
+    """The pod's memory request and limit and where they come from, with /dev/shm, which counts against them."""
+    parts = []
+    if memory.given is not None:
+        parts.append(f"{format_binary_quantity(memory.given)} spec.{role}.resources.memory")
+    if memory.pinned:
+        engines = "engine" if memory.engines == 1 else "engines"
+        each = format_binary_quantity(memory.pinned_per_engine)
+        parts.append(
+            f"{format_binary_quantity(memory.pinned)} pinned for KV tiers ({memory.engines} {engines} x {each})"
+        )
+    shm = f"/dev/shm up to {format_binary_quantity(memory.shm)} (memory-backed: it counts against the pod's memory)"
+    if memory.request is None:
+        return f"no request or limit (set spec.{role}.resources.memory); {shm}"
+    request = format_binary_quantity(memory.request)
+    limit = "no limit" if memory.limit is None else f"limit {format_binary_quantity(memory.limit)}"
+    return f"request {request}, {limit} = {' + '.join(parts)}; {shm}"

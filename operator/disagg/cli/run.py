@@ -53,6 +53,14 @@ import click
     help="The serving check's mode for DisaggDeployments that leave spec.serving.check.mode unset. Off suits "
     "clusters where no engine really runs (fake nodes) or the operator cannot reach pod IPs.",
 )
+@click.option(
+    "--prometheus-url",
+    "prometheus_urls",
+    multiple=True,
+    envvar="DISAGG_PROMETHEUS_URLS",
+    help="Base URL of a Prometheus that DisaggDeployments may name in spec.scaling.metrics.prometheus.url "
+    "(repeatable; the variable takes a space-separated list). No other URL is ever contacted. Default: none.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -62,6 +70,7 @@ def run(
     workers: int,
     resync_seconds: float,
     serving_check: str,
+    prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the operator (in a pod, or locally against the current kubeconfig)."""
@@ -74,6 +83,9 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.WARNING)  # a line per watch event is noise in production
+    for url in prometheus_urls:
+        if not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="--prometheus-url")
     asyncio.run(
         run_operator(
             list(namespaces),
@@ -81,6 +93,7 @@ def run(
             metrics_port or None,
             workers,
             resync_seconds,
-            serving_check,  # type: ignore[arg-type]
+            serving_default=serving_check,  # type: ignore[arg-type]
+            prometheus_urls=tuple(prometheus_urls),
         )
     )

@@ -84,4 +84,5 @@ def build_plan(
             resolved.decode.custom.port if resolved.decode.custom else ENGINE_HTTP_PORT,
             serving_default,
         ),
+        pod_memory={pool.role: pool.memory for pool in resolved.pools},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from disagg.api.resolve import ResolvedFamily
+from disagg.api.resolve import PodMemory, ResolvedFamily
 from disagg.names import PoolName
 
 if TYPE_CHECKING:
@@ -128,3 +128,5 @@ class DeploymentPlan:
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
     serving: ServingPlan
     """How the serving check reaches the path and what it gates."""
+    pod_memory: dict[PoolName, PodMemory] = field(default_factory=dict)
+    """What each pool's engine pods get in memory, for review (the resources carry the same numbers)."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.engine import EngineSettings
+from disagg.api.frontend import ResourceRequirements
 from disagg.api.kvcache import DiskTier
 from disagg.api.model import ModelStorage
-from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.owned import ENGINE_HTTP_PORT, HUGEPAGES_PATH, SHM_PATH
 from disagg.api.pool import PoolSpec, Scheduling
 from disagg.api.resolve import ResolvedDeployment, ResolvedFamily, ResolvedPool
 from disagg.api.transfer import NetworkSettings
 from disagg.api.types import EnvVar, Toleration
-from disagg.api.units import format_binary_quantity, parse_quantity
+from disagg.api.units import format_binary_quantity
 from disagg.names import LWS_GROUP_KEY_LABEL, POOL_HOST_ENV, POOLS, kv_config_name, pool_service_name
 
 from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
@@ -95,7 +96,7 @@ def engine_volumes(
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(pool.spec.resources.shm_size)}},
         model,
     ]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, model_mount]
+    mounts = [{"name": "dshm", "mountPath": SHM_PATH}, model_mount]
     if has_kv_files:
         volumes.append({"name": "kv-config", "configMap": {"name": kv_config_name(deployment.name)}})
         mounts.append({"name": "kv-config", "mountPath": KV_CONFIG_DIR, "readOnly": True})
@@ -106,7 +107,7 @@ def engine_volumes(
     hugepages = deployment.transfer.network.hugepages
     if hugepages is not None:
         volumes.append({"name": "hugepages", "emptyDir": {"medium": f"HugePages-{hugepages.page_size}"}})
-        mounts.append({"name": "hugepages", "mountPath": "/dev/hugepages"})
+        mounts.append({"name": "hugepages", "mountPath": HUGEPAGES_PATH})
     return volumes, mounts
 
 
@@ -120,20 +121,20 @@ def disk_volume(disk: DiskTier) -> dict[str, Any]:
     return {"name": "kv-disk", "emptyDir": {"sizeLimit": str(limit)} if limit is not None else {}}
 
 
-def engine_resources(pool: ResolvedPool, network: NetworkSettings, pinned_host_bytes: int) -> dict[str, Any]:
-    """Requests and limits of one engine pod. Host memory pinned by KV tiers is added on top of the user's memory;
-    without a user value it becomes the request, so the scheduler still reserves room for it."""
+def engine_resources(pool: ResolvedPool, network: NetworkSettings) -> dict[str, Any]:
+    """Requests and limits of one engine pod. Memory is the pool's PodMemory: host memory pinned by KV tiers is
+    added on top of the user's memory; without a user value it becomes the request, so the scheduler still reserves
+    room for it."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     resources = pool.spec.resources
     gpus = pool.gpus_per_pod
     if resources.cpu is not None:
         requests["cpu"] = str(resources.cpu)
-    if resources.memory is not None:
-        total = parse_quantity(resources.memory) + pinned_host_bytes
-        requests["memory"] = limits["memory"] = format_binary_quantity(total)
-    elif pinned_host_bytes:
-        requests["memory"] = format_binary_quantity(pinned_host_bytes)
+    if pool.memory.request is not None:
+        requests["memory"] = format_binary_quantity(pool.memory.request)
+    if pool.memory.limit is not None:
+        limits["memory"] = format_binary_quantity(pool.memory.limit)
     if gpus:
         requests[resources.gpu_resource_name] = limits[resources.gpu_resource_name] = str(gpus)
     if network.rdma is not None:
@@ -147,6 +148,17 @@ def engine_resources(pool: ResolvedPool, network: NetworkSettings, pinned_host_b
     if resources.claims:
         container_resources["claims"] = [{"name": claim.name} for claim in resources.claims]
     return container_resources
+
+
+def container_resources(given: ResourceRequirements, default: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The user's requests and limits exactly as written, or the defaults when neither is given. Mixing them made
+    invalid pods (requests of 2Gi under the default 1Gi limit)."""
+    if not given.requests and not given.limits:
+        return {key: dict(value) for key, value in default.items()}
+    return {
+        "requests": {name: str(value) for name, value in given.requests.items()},
+        "limits": {name: str(value) for name, value in given.limits.items()},
+    }
 
 
 def resource_claims(pool: PoolSpec) -> list[dict[str, str]]:
@@ -199,9 +211,12 @@ def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:
     if scheduling.tolerations:
         fields["tolerations"] = tolerations(scheduling.tolerations)
     if scheduling.affinity is not None:
-        fields["affinity"] = scheduling.affinity
+        fields["affinity"] = scheduling.affinity.model_dump(by_alias=True, exclude_defaults=True)
     if scheduling.topology_spread_constraints:
-        fields["topologySpreadConstraints"] = list(scheduling.topology_spread_constraints)
+        fields["topologySpreadConstraints"] = [
+            constraint.model_dump(by_alias=True, exclude_defaults=True)
+            for constraint in scheduling.topology_spread_constraints
+        ]
     if scheduling.priority_class_name:
         fields["priorityClassName"] = scheduling.priority_class_name
     if scheduling.scheduler_name:

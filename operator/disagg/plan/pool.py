@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
-from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool
-from disagg.api.types import IntOrPercent
-from disagg.names import LWS_WORKER_INDEX_ENV, SERVING_GATE, PoolName, child_name, common_labels, pool_service_name
+from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool, effective_rollout
+from disagg.names import LWS_WORKER_INDEX_ENV, SERVING_GATE, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
@@ -26,10 +25,8 @@ from .pod import (
     user_env,
     with_replica_affinity,
 )
-from .serving import GATED_ROLLOUT, PRE_STOP_SECONDS, pre_stop, shutdown_timeout
+from .serving import PRE_STOP_SECONDS, pre_stop, shutdown_timeout
 
-# Prefill may lose one replica at a time during an update; decode surges first so its last replica never goes.
-DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill": (0, 1), "decode": (1, 0)}
 GROUP_STARTUP_POLICY = "LeaderCreated"
 """Workers start as soon as the leader pod exists, not once it is Ready: a multi-node vLLM leader only becomes
 ready after every worker has joined, so waiting for it (LeaderReady) would never start the workers."""
@@ -47,7 +44,7 @@ class PoolPlan:
 
 
 def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = False) -> PoolPlan:
-    """`gated`: the pods carry the serving readiness gate and roll with GATED_ROLLOUT defaults (plan/serving.py)."""
+    """`gated`: the pods carry the serving readiness gate and roll with GATED_ROLLOUT defaults (api/resolve.py)."""
     if pool.custom is not None:
         return _custom_pool(deployment, pool, gated)
     context = PoolContext(
@@ -93,7 +90,6 @@ def _engine_pod(
 ) -> PodPlan:
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
     ports = ([http_port()] if node_role != "worker" else []) + connectors.ports
-    pinned = connectors.host_memory_per_engine * pool.layout.ranks_per_pod
     network = deployment.transfer.network
     container = ContainerPlan(
         name="vllm",
@@ -103,7 +99,7 @@ def _engine_pod(
         args=argv,
         env=[*base_engine_env(deployment, deployment.family), *connectors.env, *user_env(pool.engine.env)],
         ports=ports,
-        resources=engine_resources(pool, network, pinned),
+        resources=engine_resources(pool, network),
         volume_mounts=mounts,
         probes=http_probes(pool.engine) if node_role != "worker" else {},
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
@@ -147,6 +143,7 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) 
         extra["readinessGates"] = [{"conditionType": SERVING_GATE}]
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
+    extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
     drain = shutdown_timeout(pool.engine.shutdown_timeout_seconds, gated)
     extra["terminationGracePeriodSeconds"] = grace_period(pool, drain, PRE_STOP_SECONDS if gated else 0)
     if deployment.transfer.network.host_network:
@@ -162,12 +159,7 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) 
 
 
 def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None, gated: bool) -> WorkloadPlan:
-    surge, unavailable = GATED_ROLLOUT if gated else DEFAULT_ROLLOUT[pool.role]
-    rollout = pool.spec.rollout
-    if rollout.max_surge is not None:
-        surge = rollout.max_surge
-    if rollout.max_unavailable is not None:
-        unavailable = rollout.max_unavailable
+    surge, unavailable = effective_rollout(pool.spec, pool.role, gated)
     limits = {"maxSurge": surge, "maxUnavailable": unavailable}
     multi_node = pool.layout.multi_node
     # Deployment and LeaderWorkerSet spell the same rolling-update limits under different keys.
@@ -223,7 +215,7 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool
         args=list(custom.args),
         env=[*base_engine_env(deployment, "dense"), *user_env(custom.env)],
         ports=[{"name": "http", "containerPort": custom.port, "protocol": "TCP"}, *extra_ports],
-        resources=engine_resources(pool, network, 0),
+        resources=engine_resources(pool, network),
         volume_mounts=mounts,
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,

@@ -12,7 +12,9 @@ from disagg.names import child_name, common_labels, selector_labels
 
 from .engine_args import chat_argv
 from .model import ContainerPlan, PodPlan, ServicePlan, WorkloadPlan
-from .pod import model_env, model_volume, tolerations, user_env
+from .pod import container_resources, model_env, model_volume, tolerations, user_env
+
+DEFAULT_RENDER_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {}}
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,6 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
         return None
     argv = render_tier_argv(deployment.model, deployment.chat, tier, deployment.max_model_len)
     volume, mount = model_volume(deployment.model.storage)
-    requests = {name: str(value) for name, value in tier.resources.requests.items()} or {"cpu": "1", "memory": "2Gi"}
-    limits = {name: str(value) for name, value in tier.resources.limits.items()}
     get = {"path": "/health", "port": "http"}
     container = ContainerPlan(
         name="render",
@@ -56,7 +56,7 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
         args=argv,
         env=[*model_env(deployment.model.storage), *user_env(tier.env)],
         ports=[{"name": "http", "containerPort": tier.port, "protocol": "TCP"}],
-        resources={"requests": requests, "limits": limits},
+        resources=container_resources(tier.resources, DEFAULT_RENDER_RESOURCES),
         volume_mounts=[mount],
         probes={
             "startupProbe": {"httpGet": get, "periodSeconds": 5, "failureThreshold": 120},
@@ -66,7 +66,7 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
     )
     name = child_name(deployment.name, "render")
     labels = common_labels(deployment.name, "render")
-    extra: dict[str, object] = {}
+    extra: dict[str, object] = {"automountServiceAccountToken": False}  # it never calls the Kubernetes API (D77)
     if tier.placement.node_selector:
         extra["nodeSelector"] = dict(tier.placement.node_selector)
     if tier.placement.tolerations:

@@ -12,7 +12,7 @@ from disagg.names import child_name, common_labels, selector_labels
 
 from .connectors.base import field_env
 from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
-from .pod import pool_host_env, tolerations, user_env
+from .pod import container_resources, pool_host_env, tolerations, user_env
 
 ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
@@ -109,7 +109,9 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
                 "runAsNonRoot": True,
             },
         )
-    extra: dict[str, Any] = {"serviceAccountName": name}
+    # Only vllm-router's Kubernetes discovery calls the API; every other router gets no identity and no token.
+    discovers = custom is None and protocol != "moriio"
+    extra: dict[str, Any] = {"serviceAccountName": name} if discovers else {"automountServiceAccountToken": False}
     if router.placement.node_selector:
         extra["nodeSelector"] = dict(router.placement.node_selector)
     if router.placement.tolerations:
@@ -136,18 +138,16 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
     # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
     # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
-    rbac = (
-        None
-        if custom
-        else RbacPlan(name, labels, [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES])
-    )
+    rules = [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES]
+    rbac = RbacPlan(name, labels, rules) if discovers else None
     return RouterPlan(workload, service, rbac, argv)
 
 
+DEFAULT_ROUTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+
+
 def _resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
-    requests = {name: str(value) for name, value in given.requests.items()} or {"cpu": "500m", "memory": "512Mi"}
-    limits = {name: str(value) for name, value in given.limits.items()} or {"memory": "1Gi"}
-    return {"requests": requests, "limits": limits}
+    return container_resources(given, DEFAULT_ROUTER_RESOURCES)
 
 
 def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:

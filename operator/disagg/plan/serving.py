@@ -25,9 +25,6 @@ from .model import ContainerPlan, WorkloadPlan
 ADMIN_PORT_NAME = "admin"
 """The frontend container's admin port (docs/frontend.md): probes, drains and the pair list."""
 DEFAULT_MODE: CheckMode = "Enforce"
-GATED_ROLLOUT = ("100%", 0)
-"""maxSurge, maxUnavailable of gated pools: every new pod may start at once, none is removed before a new one is
-admitted; the operator's admissions pace the rollout."""
 CheckMethod = Literal["pairs", "endpoint"]
 DRAIN_SECONDS = 30
 """vLLM's --shutdown-timeout for gated engines whose spec leaves it unset. vLLM's own default (0) aborts in-flight

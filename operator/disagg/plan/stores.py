@@ -72,7 +72,8 @@ def _lmcache_server(deployment: str, image: str, port: int, size: str | int) -> 
 def _store(deployment: str, container: ContainerPlan, app_name: str) -> StorePlan:
     name = child_name(deployment, "kv-store")
     labels = common_labels(deployment, "kv-store", app_name=app_name)
-    pod = PodPlan(labels=labels, annotations={}, containers=[container])
+    no_token = {"automountServiceAccountToken": False}  # the store daemons never call the Kubernetes API (D77)
+    pod = PodPlan(labels=labels, annotations={}, containers=[container], spec_extra=no_token)
     workload = WorkloadPlan(
         "Deployment", name, "kv-store", labels, selector_labels(deployment, "kv-store"), 1, pod, {"type": "Recreate"}
     )

@@ -64,6 +64,12 @@ NAMESPACED: tuple[Grant, ...] = (
     *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
     *_grants(CHILD_KINDS, ("list",), "client", "Kube.list of the children (Reconciler._list_children)"),
     *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
+    *_grants(
+        CHILD_KINDS,
+        ("get",),
+        "client",
+        "Kube.get of a desired child the list missed, to claim it (Reconciler._claim)",
+    ),
     *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
     Grant(POD.group, POD.plural, ("list",), "client", "Kube.list of the pods: status diagnostics, the scaler"),
     Grant(

@@ -15,15 +15,19 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.pool import PoolName
 from disagg.api.resolve import operator_scales, pool_of
 from disagg.api.units import parse_duration
+from disagg.metrics_sources.direct import DirectSource
+from disagg.metrics_sources.prometheus import PrometheusSource
+from disagg.metrics_sources.source import ObservationSource
 from disagg.plan.model import DeploymentPlan
-from disagg.scaling.policy import Decision, PolicyState, decide
-from disagg.scaling.sources import DirectSource, PrometheusSource
+from disagg.scaling.policy import Decision, PolicyConfig, PolicyState, config_from_spec, decide
+from disagg.scaling.snapshot import Observation
 
 from . import metrics
 from .children import REPLICAS_MANAGER, ChildKey
 from .conditions import ConditionUpdate
 from .events import Notice
 from .kube import Kube
+from .metrics_access import not_allowed_message, prometheus_allowed
 from .ownership import replicas_patch
 from .workqueue import Key
 
@@ -41,7 +45,8 @@ class ScaleReport:
 
 
 def interval_seconds(spec: DisaggDeploymentSpec) -> float:
-    return float(parse_duration(spec.scaling.interval))
+    """The evaluation interval, as the policy reads it (the one place it is parsed)."""
+    return config_from_spec(spec).interval_s
 
 
 def external_pools(spec: DisaggDeploymentSpec) -> list[PoolName]:
@@ -53,12 +58,18 @@ def scaled_pools(spec: DisaggDeploymentSpec) -> list[PoolName]:
 
 
 class Autoscaler:
-    def __init__(self, kube: Kube, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, kube: Kube, wall_clock: Callable[[], float] = time.time, allowed_prometheus: tuple[str, ...] = ()
+    ) -> None:
         self.kube = kube
+        self.allowed_prometheus = allowed_prometheus
+        """Prometheus base URLs the install allows (D76); a spec naming any other gets no scaling."""
         self.wall_clock = wall_clock
         self.direct = DirectSource()
         self.prometheus: dict[str, PrometheusSource] = {}
         self.states: dict[Key, PolicyState] = {}
+        self.configs: dict[Key, tuple[DisaggDeploymentSpec, PolicyConfig]] = {}
+        """The policy's config per deployment, built once per spec and rebuilt only when the spec changes."""
         self.next_due: dict[Key, float] = {}
 
     async def close(self) -> None:
@@ -68,8 +79,18 @@ class Autoscaler:
 
     def forget(self, key: Key) -> None:
         self.states.pop(key, None)
+        self.configs.pop(key, None)
         self.next_due.pop(key, None)
-        self.direct.forget(*key)
+        sources: list[ObservationSource] = [self.direct, *self.prometheus.values()]
+        for source in sources:
+            source.forget(*key)
+
+    def _config(self, key: Key, spec: DisaggDeploymentSpec) -> PolicyConfig:
+        cached = self.configs.get(key)
+        if cached is None or cached[0] != spec:
+            cached = (spec, config_from_spec(spec))
+            self.configs[key] = cached
+        return cached[1]
 
     async def step(
         self,
@@ -94,12 +115,17 @@ class Autoscaler:
                     f"an external autoscaler (HPA/KEDA) owns the replicas of: {', '.join(external)}",
                 )
             return report
+        refusal = self._refused_source(spec)
+        if refusal is not None:
+            report.condition = ConditionUpdate("ScalingActive", "False", "MetricsSourceNotAllowed", refusal)
+            return report
         now = self.wall_clock()
         if now < self.next_due.get(key, 0.0):
             return report  # not due: the status keeps the last decision
-        self.next_due[key] = now + interval_seconds(spec)
-        observation = await self._observe(key, spec, pods, now)
-        decision = decide(spec, observation, self.states.get(key), now)
+        config = self._config(key, spec)
+        self.next_due[key] = now + config.interval_s
+        observation = await self._observe(key, spec, config, pods, now)
+        decision = decide(config, observation, self.states.get(key), now)
         self.states[key] = decision.state
         report.condition = ConditionUpdate(
             "ScalingActive", decision.condition.status, decision.condition.reason, decision.condition.message
@@ -107,15 +133,26 @@ class Autoscaler:
         await self._actuate(key, plan, live, decision, stamp, report, hold_down)
         return report
 
-    async def _observe(self, key: Key, spec: DisaggDeploymentSpec, pods: list[dict[str, Any]], now: float) -> Any:
-        namespace, name = key
+    def _refused_source(self, spec: DisaggDeploymentSpec) -> str | None:
+        """Why the spec's metrics source may not be used (a Prometheus the install does not allow), if it may not."""
+        prometheus = spec.scaling.metrics.prometheus
+        if spec.scaling.metrics.source != "prometheus" or prometheus is None:
+            return None
+        if prometheus_allowed(prometheus.url, self.allowed_prometheus):
+            return None
+        return not_allowed_message(prometheus.url, self.allowed_prometheus)
+
+    async def _observe(
+        self, key: Key, spec: DisaggDeploymentSpec, config: PolicyConfig, pods: list[dict[str, Any]], now: float
+    ) -> Observation:
+        source: ObservationSource = self.direct
+        window = config.interval_s
         metrics_spec = spec.scaling.metrics
         if metrics_spec.source == "prometheus" and metrics_spec.prometheus is not None:
             url = metrics_spec.prometheus.url
             source = self.prometheus.setdefault(url, PrometheusSource(url))
             window = float(parse_duration(metrics_spec.prometheus.window))
-            return await source.observe(namespace, name, pods, now, window)
-        return await self.direct.observe(namespace, name, pods, now)
+        return await source.observe(*key, pods, now, window)
 
     async def _actuate(
         self,

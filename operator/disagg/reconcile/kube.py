@@ -57,6 +57,14 @@ class KubeError(Exception):
         return self.status in (0, 409, 429) or self.status >= 500
 
     @property
+    def replaced(self) -> bool:
+        """The uid sent with an apply no longer names the object at that name: it was deleted (409), or deleted
+        and created again by someone else (422, the uid is immutable)."""
+        if self.status == 409:
+            return "uid mismatch" in self.message
+        return self.status == 422 and "metadata.uid" in self.message and "immutable" in self.message
+
+    @property
     def namespace_terminating(self) -> bool:
         return self.status == 403 and "because it is being terminated" in self.message
 

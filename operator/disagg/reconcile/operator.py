@@ -89,6 +89,7 @@ async def run_operator(
     workers: int,
     resync_seconds: float,
     serving_default: CheckMode = "Enforce",
+    prometheus_urls: tuple[str, ...] = (),
 ) -> None:
     """Run the operator until SIGINT/SIGTERM: kopf's watchers and our reconcile workers in one event loop."""
     stop = asyncio.Event()
@@ -98,7 +99,7 @@ async def run_operator(
     if metrics_port:
         metrics.serve(metrics_port)
     kube = await Kube.connect()
-    autoscaler = Autoscaler(kube)
+    autoscaler = Autoscaler(kube, allowed_prometheus=prometheus_urls)
     serving = ServingChecker(kube, HttpProber())
     reconciler = Reconciler(
         kube,

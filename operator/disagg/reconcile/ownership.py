@@ -1,4 +1,9 @@
-"""Who owns `spec.replicas` of a workload: the spec, or an autoscaler. Pure functions of objects.
+"""Who may write what: whether a desired child is ours to write (D70), and who owns `spec.replicas` of a workload
+(D20). Pure functions of objects.
+
+The operator writes only objects it created for this DisaggDeployment: one whose controller reference names it,
+or an orphan it left behind (our labels, written by our field manager, no controller at all, as after
+`kubectl delete --cascade=orphan`). Anything else with a child's name is someone else's and is never written.
 
 Server-side apply removes a field when its only manager stops sending it, so an autoscaled workload's replicas are
 first co-owned by REPLICAS_MANAGER (applied with the current value) and only then dropped from the main apply.
@@ -7,9 +12,60 @@ first co-owned by REPLICAS_MANAGER (applied with the current value) and only the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from disagg.names import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY
 
 from .children import FIELD_MANAGER
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the apply step may do with one desired child."""
+
+    action: Literal["create", "update", "conflict", "unknown"]
+    """"unknown": the object could not be read, so it is not written either."""
+    uid: str | None = None
+    """For an update: the live object's uid, sent with the apply so that a same-named object created after our
+    read is refused by the API server instead of being written."""
+    holder: str = ""
+    """For a conflict: who the object belongs to, in words."""
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+def _written_by_us(obj: dict[str, Any]) -> bool:
+    return any(
+        entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply"
+        for entry in obj.get("metadata", {}).get("managedFields") or []
+    )
+
+
+def claim(live: dict[str, Any] | None, owner_uid: str, deployment: str) -> Claim:
+    """Whether the DisaggDeployment (`deployment`, uid `owner_uid`) may write the object now at a child's name."""
+    if live is None:
+        return Claim("create")
+    metadata = live.get("metadata") or {}
+    controller = _controller(live)
+    if controller is not None:
+        if controller.get("uid") == owner_uid:
+            return Claim("update", uid=metadata.get("uid"))
+        return Claim("conflict", holder=f"controlled by {controller.get('kind')} {controller.get('name')}")
+    labels = metadata.get("labels") or {}
+    ours = labels.get(LABEL_DEPLOYMENT) == deployment and labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+    if ours and _written_by_us(live):
+        return Claim("update", uid=metadata.get("uid"))  # our orphan: adopted
+    return Claim("conflict", holder="not created by this DisaggDeployment")
+
+
+def conflict_message(kind: str, name: str, holder: str) -> str:
+    return (
+        f"{kind} {name} already exists and is {holder}; the operator does not change objects it did not create, so "
+        f"nothing was applied: rename this DisaggDeployment, or delete or rename that {kind}"
+    )
 
 
 @dataclass(frozen=True)
@@ -45,11 +101,15 @@ def replicas_action(owned_elsewhere: bool, desired: int, live: dict[str, Any] | 
 
 
 def replicas_patch(obj: dict[str, Any], replicas: int) -> dict[str, Any]:
-    """The minimal apply body that sets only spec.replicas of an existing or just-created workload."""
+    """The minimal apply body that sets only spec.replicas of an existing or just-created workload. The object's
+    uid, when known, goes along as a precondition: a same-named replacement is never written."""
     metadata = obj["metadata"]
+    identity = {"name": metadata["name"], "namespace": metadata["namespace"]}
+    if metadata.get("uid"):
+        identity["uid"] = metadata["uid"]
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
-        "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+        "metadata": identity,
         "spec": {"replicas": replicas},
     }

@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
+from disagg.api.errors import Problem
 from disagg.api.serving import CheckMode
-from disagg.api.validate import validate_deployment
+from disagg.api.validate import ValidationResult, validate_deployment
 from disagg.health.rollback import template_of, template_revision
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, POOLS, REPLICA_SET, children_selector
 from disagg.plan import build_plan
@@ -28,9 +29,9 @@ from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError
-from .ownership import replicas_action, replicas_patch
+from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
 from .serving import ServingChecker, ServingReport
-from .status import StatusInputs, StatusReport, compute_status
+from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
@@ -57,6 +58,9 @@ class PassState:
     live: dict[ChildKey, dict[str, Any]]
     """Our children as listed at the start of the pass, updated with what apply returned and prune removed."""
     desired: set[ChildKey] = field(default_factory=set)
+    claims: dict[ChildKey, Claim] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)
+    """Desired children whose name is taken by an object that is not ours: while there is one, nothing is applied."""
     apply_errors: list[str] = field(default_factory=list)
     missing_apis: list[str] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
@@ -156,14 +160,36 @@ class Reconciler:
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("transient").inc()
             log.warning("reconcile of %s/%s will be retried in %.0fs: %s", *key, delay, exc)
-        except Exception:  # a bug must not stop the operator or the other DisaggDeployments
+            if self.queue.failures(key) > TRANSIENT_BEFORE_REPORTING:
+                await self._report_failure(
+                    key, f"the last {self.queue.failures(key)} passes failed before finishing ({exc}); retrying"
+                )
+        except Exception as exc:  # a bug must not stop the operator or the other DisaggDeployments
             result = "error"
             delay = self.queue.retry(key)
             metrics.RECONCILE_ERRORS.labels("unexpected").inc()
             log.exception("reconcile of %s/%s failed unexpectedly; retrying in %.0fs", *key, delay)
+            await self._report_failure(
+                key,
+                f"the operator failed reconciling this DisaggDeployment ({type(exc).__name__}: {exc}) and retries "
+                "with backoff; this is a bug in disagg-operator: please report it with the operator's log",
+            )
         finally:
             metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
         return delay
+
+    async def _report_failure(self, key: Key, message: str) -> None:
+        """Best effort: put a failing pass in status, so the retries are never silent. When even that fails (the
+        API server is unreachable, the status may not be written), the log and the error metric still say it."""
+        try:
+            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, *key)
+            if owner is None or owner["metadata"].get("deletionTimestamp"):
+                return
+            previous = owner.get("status") or {}
+            report = failed_pass_status(previous, previous.get("observedGeneration"), self.clock(), message)
+            await self._publish(owner, report, [])
+        except Exception as exc:
+            log.warning("could not report the failure of %s/%s in status: %s", *key, exc)
 
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
@@ -179,25 +205,77 @@ class Reconciler:
             return "gone"
         generation = owner["metadata"].get("generation")
         previous = owner.get("status") or {}
-        result = validate_deployment(owner)
-        if result.deployment is None:
+        core = self._pure_core(owner, namespace)
+        if isinstance(core, ValidationResult):
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
-            inputs = StatusInputs(generation, previous, self.clock(), problems=result.problems)
+            inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        plan = build_plan(result.deployment, namespace, self.serving_default)
+        deployment_spec, plan, desired = core
         state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
         state.held = held_revision(previous, generation) if plan.serving.gated else None
-        desired = render_plan(plan)
-        if state.held is not None:
-            await self._hold_templates(state, desired, state.held)
-        if not await self._apply(state, desired):
-            return "gone"  # the namespace and everything in it is going away
-        await self._prune(state)
-        await self._observe(state, result.deployment.spec)
+        if await self._claim(state, desired):
+            if state.held is not None:
+                await self._hold_templates(state, desired, state.held)
+            if not await self._apply(state, desired):
+                return "gone"  # the namespace and everything in it is going away
+            await self._prune(state)
+        await self._observe(state, deployment_spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices)
-        return "retry" if state.apply_errors or state.missing_apis else "ok"
+        return "retry" if state.apply_errors or state.missing_apis or state.conflicts else "ok"
+
+    def _pure_core(
+        self, owner: dict[str, Any], namespace: str
+    ) -> ValidationResult | tuple[DisaggDeploymentSpec, DeploymentPlan, list[dict[str, Any]]]:
+        """validate -> plan -> render. A spec the core cannot handle is reported like an invalid one (with the
+        exception's message) instead of failing every pass: retrying cannot change a pure function's answer."""
+        try:
+            result = validate_deployment(owner)
+            if result.deployment is None:
+                return result
+            plan = build_plan(result.deployment, namespace, self.serving_default)
+            return result.deployment.spec, plan, render_plan(plan)
+        except Exception as exc:
+            log.exception("rendering %s/%s failed", namespace, owner["metadata"]["name"])
+            problem = Problem(
+                "spec",
+                f"the operator could not render this spec ({type(exc).__name__}: {exc})",
+                "this is a bug in disagg-operator; please report it with the spec. Until it is fixed, change the "
+                "setting the message points at",
+            )
+            return ValidationResult(problems=[problem])
+
+    async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
+        """Decide for every desired child whether it is ours to write (D70); objects we have not listed are read
+        first. False, with the conflicts recorded, when any name is taken by an object that is not ours."""
+        namespace, name = state.key
+        owner_uid = state.owner["metadata"]["uid"]
+        for obj in desired:
+            key_of = child_key(obj)
+            live = state.live.get(key_of)
+            if live is None:
+                try:
+                    live = await self.kube.get(obj["kind"], namespace, obj["metadata"]["name"])
+                except KubeError as exc:
+                    if exc.api_missing:
+                        continue  # the apply reports the missing API
+                    what = f"reading {obj['kind']}/{obj['metadata']['name']}: {exc}"
+                    if exc.transient:
+                        raise RetryLater(what) from exc
+                    # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+                    state.apply_errors.append(what)
+                    state.claims[key_of] = Claim("unknown")
+                    continue
+            decision = claim(live, owner_uid, name)
+            state.claims[key_of] = decision
+            if decision.action == "conflict":
+                state.conflicts.append(conflict_message(obj["kind"], obj["metadata"]["name"], decision.holder))
+        previous = _degraded_message(state.owner)
+        if previous:  # Degraded already: no transition event will name a new conflict, so it gets an event of its own
+            new = [text for text in state.conflicts if text not in previous]
+            state.notices += [Notice("Warning", "NameConflict", text) for text in new]
+        return not state.conflicts
 
     async def _hold_templates(self, state: PassState, desired: list[dict[str, Any]], revision: str) -> None:
         """Keep the pool Deployments on the pod template of `revision` (from their ReplicaSets) instead of the
@@ -231,11 +309,18 @@ class Reconciler:
         owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
         for obj in desired:
             key_of = child_key(obj)
+            decision = state.claims.get(key_of)
+            if decision is not None and decision.action == "unknown":
+                continue  # reported by the claim step
+            if decision is not None and decision.uid is not None:
+                obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
             try:
                 applied = await self._apply_child(obj, key_of in owned_elsewhere)
             except KubeError as exc:
                 if exc.namespace_terminating:
                     return False
+                if exc.replaced:
+                    raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass") from exc
                 if exc.api_missing:
                     state.missing_apis.append(
                         KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
@@ -335,6 +420,7 @@ class Reconciler:
             live=state.live,
             apply_errors=state.apply_errors,
             missing_apis=state.missing_apis,
+            conflicts=state.conflicts,
             pods=state.pods,
             scaling_condition=state.scaling.condition,
             last_scale=state.scaling.last_scale,
@@ -390,9 +476,10 @@ class Reconciler:
         """The status step, then the events step: events only once the status they describe is written."""
         if not await self._write_status(owner, report):
             return
-        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
+        # The metric follows the status at once, not after the (slower, best-effort) events.
         self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
         self._export_phases()
+        await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
         """Patch status when it changed. False when the DisaggDeployment is gone."""
@@ -439,3 +526,11 @@ def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
         "rollout": report.rollout,
         "serving_degraded": report.degraded,
     }
+
+
+def _degraded_message(owner: dict[str, Any]) -> str:
+    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+    for condition in (owner.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Degraded" and condition.get("status") == "True":
+            return str(condition.get("message", ""))
+    return ""

@@ -31,6 +31,8 @@ class StatusInputs:
     live: dict[ChildKey, dict[str, Any]] = field(default_factory=dict)
     apply_errors: list[str] = field(default_factory=list)
     missing_apis: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    """Children whose names are taken by objects that are not ours (nothing was applied)."""
     pods: list[dict[str, Any]] = field(default_factory=list)
     scaling_condition: ConditionUpdate | None = None
     last_scale: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -84,6 +86,18 @@ def _invalid_status(inputs: StatusInputs) -> StatusReport:
     return StatusReport(status, transitions)
 
 
+def failed_pass_status(previous: dict[str, Any], generation: int | None, now: str, message: str) -> StatusReport:
+    """A pass that keeps failing before it reaches the status step says so (Degraded, ReconcileFailed) instead of
+    leaving the last status, or none, in place. observedGeneration stays: this generation was not reconciled."""
+    conditions, transitions = apply_conditions(
+        previous.get("conditions") or [],
+        [ConditionUpdate("Degraded", "True", "ReconcileFailed", _truncate(message))],
+        generation,
+        now,
+    )
+    return StatusReport({**previous, "phase": "Degraded", "conditions": conditions}, transitions)
+
+
 @dataclass(frozen=True)
 class _Component:
     name: str
@@ -130,6 +144,8 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
     components = {workload.role: _component(workload, inputs.live, problems) for workload in plan.workloads}
     previous = inputs.previous
     degraded: list[tuple[str, str]] = []
+    if inputs.conflicts:
+        degraded.append(("NameConflict", "; ".join(inputs.conflicts)))
     if inputs.missing_apis:
         degraded.append(("ApiMissing", "; ".join(inputs.missing_apis)))
     if inputs.apply_errors:

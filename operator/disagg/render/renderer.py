@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from functools import cache
 from typing import Any
 
@@ -25,11 +27,26 @@ KIND_ORDER = tuple(kind.name for kind in CHILD_KINDS)
 """Apply order: identities and configuration before the pods that use them."""
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SURROGATE_PAIR = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def _astral(match: re.Match[str]) -> str:
+    high, low = int(match.group(2), 16), int(match.group(3), 16)
+    return f"{match.group(1)}\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+
+
+def yaml_json(value: Any) -> str:
+    """JSON that YAML reads back as the same value. json.dumps writes a character beyond the Basic Multilingual
+    Plane as a UTF-16 surrogate pair (\\ud83d\\ude00), which YAML's double-quoted scalars refuse; YAML's own
+    \\U0001f600 says the same. DEL is the one character json.dumps leaves raw that a YAML stream may not hold
+    (the pure-Python loader drops it). Keys are sorted, as Jinja's own tojson does. Templates place every value
+    through this filter."""
+    return _SURROGATE_PAIR.sub(_astral, json.dumps(value, sort_keys=True)).replace("\x7f", "\\u007f")
 
 
 @cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("disagg.render", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -37,6 +54,8 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    environment.filters["tojson"] = yaml_json
+    return environment
 
 
 def _render(kind: Kind, **values: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 """Autoscaling of the prefill and decode pools: typed metrics snapshots and the pure policy.
 
-`snapshot` and `policy` are pure; the shell that scrapes metrics and patches replicas builds on them.
+Both are pure. What fills the snapshots (scraping, Prometheus) is `disagg.metrics_sources`; what calls the policy
+and patches replicas is `disagg.reconcile.autoscale`.
 """

@@ -12,20 +12,49 @@ vLLM metric each field is meant to come from (window = the scrape interval, rate
 | request_rate | vllm:request_success_total (prefill pool: requests admitted to prefill) |
 | prompt_token_rate | vllm:prompt_tokens_total |
 | generation_token_rate | vllm:generation_tokens_total |
+| computed_prompt_token_rate | vllm:prompt_tokens_by_source_total{source="local_compute"} |
+| transferred_prompt_token_rate | vllm:prompt_tokens_by_source_total{source="external_kv_transfer"} |
 | prefix_hit_rate | vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total |
 | waiting_requests, running_requests | vllm:num_requests_waiting, vllm:num_requests_running (summed over replicas) |
 | kv_cache_usage | vllm:kv_cache_usage_perc (mean over ready replicas, 0..1) |
 | ttft_p90_s, itl_p90_s | histogram_quantile(0.9) of vllm:time_to_first_token_seconds, inter_token_latency_seconds |
+| itl_mean_s | vllm:inter_token_latency_seconds_sum / _count |
+| ttft_histogram, itl_histogram | the window's increase of each bucket of those two histograms |
 | prompt_tokens_p90 | histogram_quantile(0.9) of vllm:request_prompt_tokens |
-| prefill_tokens_per_busy_s | vllm:prompt_tokens_total / vllm:request_prefill_time_seconds_sum, per replica |
+| prefill_tokens_per_busy_s | computed (else all) prompt tokens / vllm:request_prefill_time_seconds_sum, per replica |
+
+In P/D a decode pod's prompt tokens arrived over the KV connector (`external_kv_transfer`): they are not work, and
+its "prefill time" is the transfer. A prefill pod's work is its `local_compute` tokens. Engines without the
+per-source counter leave the computed rate None, and the policy falls back to prompt tokens x (1 - prefix hit rate).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from disagg.api.pool import PoolName
+
+Histogram = tuple[tuple[float, float], ...]
+"""Cumulative bucket counts: (upper bound, observations at or below it), ascending, ending with +Inf."""
+
+
+def share_above(histogram: Histogram | None, threshold: float) -> float | None:
+    """Share of a histogram's observations above `threshold`, interpolating linearly inside the bucket that holds it
+    (as PromQL's histogram_quantile does): exact when the threshold is a bucket bound. None without observations."""
+    if not histogram or histogram[-1][1] <= 0:
+        return None
+    total = histogram[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in histogram:
+        if threshold <= bound:
+            if math.isinf(bound):
+                return (total - lower_count) / total
+            inside = lower_count + (count - lower_count) * (threshold - lower_bound) / (bound - lower_bound)
+            return max(total - inside, 0.0) / total
+        lower_bound, lower_count = bound, count
+    return 0.0
 
 
 class MetricsHealth(StrEnum):
@@ -58,6 +87,10 @@ class PoolSnapshot:
     """Prompt tokens per second entering the pool, cached or not."""
     generation_token_rate: float | None = None
     """Output tokens per second produced by the pool."""
+    computed_prompt_token_rate: float | None = None
+    """Prompt tokens per second the pool computed itself (vLLM's `local_compute` source); None when not reported."""
+    transferred_prompt_token_rate: float | None = None
+    """Prompt tokens per second that arrived over the KV connector (`external_kv_transfer`): decode's share in P/D."""
     prefix_hit_rate: float | None = None
     """Share of prompt tokens served from the prefix cache (0..1)."""
     waiting_requests: float | None = None
@@ -70,6 +103,12 @@ class PoolSnapshot:
     """90th percentile time to first token over the window."""
     itl_p90_s: float | None = None
     """90th percentile inter-token latency over the window."""
+    itl_mean_s: float | None = None
+    """Mean inter-token latency over the window, exact (histogram sum / count) where the p90 is interpolated."""
+    ttft_histogram: Histogram | None = None
+    """The window's TTFT observations per bucket, cumulative: (upper bound in s, count), ascending, +Inf last."""
+    itl_histogram: Histogram | None = None
+    """The same for inter-token latency (token-level: one observation per output token after the first)."""
     prompt_tokens_p90: float | None = None
     """90th percentile prompt length over the window: sets the p90 prefill time."""
     prefill_tokens_per_busy_s: float | None = None
@@ -89,11 +128,20 @@ class PoolSnapshot:
         return self.prompt_token_rate / self.request_rate
 
     @property
+    def uncached_share(self) -> float:
+        """Share of prompt tokens the pool computes: from the per-source counter when reported, else 1 - hit rate."""
+        if self.computed_prompt_token_rate is not None and self.prompt_token_rate:
+            return min(max(self.computed_prompt_token_rate / self.prompt_token_rate, 0.0), 1.0)
+        return 1.0 - min(max(self.prefix_hit_rate or 0.0, 0.0), 1.0)
+
+    @property
     def uncached_prompt_token_rate(self) -> float | None:
         """Prompt tokens per second that must actually be computed: the prefill pool's real work."""
+        if self.computed_prompt_token_rate is not None:
+            return self.computed_prompt_token_rate
         if self.prompt_token_rate is None:
             return None
-        return self.prompt_token_rate * (1.0 - min(max(self.prefix_hit_rate or 0.0, 0.0), 1.0))
+        return self.prompt_token_rate * self.uncached_share
 
 
 @dataclass(frozen=True, slots=True)

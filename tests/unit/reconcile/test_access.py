@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from disagg.api.validate import validate_deployment
+from disagg.metrics_sources.direct import DirectSource
 from disagg.names import CHILD_KINDS
 from disagg.reconcile.access import CLUSTER, NAMESPACE_MODE, NAMESPACED, cluster_wide_rules, permits, rules
 from disagg.reconcile.autoscale import Autoscaler
 from disagg.reconcile.kube import Response
 from disagg.render import render_deployment
-from disagg.scaling.sources import DirectSource
 from tests.conftest import EXAMPLES, REPO
 from tests.support.engines import EnginePods
 from tests.support.fake_kube import ApiError, FakeApiServer

@@ -62,7 +62,9 @@ async def test_hand_edits_and_deleted_children_are_restored() -> None:
 
 async def test_an_object_the_server_refuses_is_reported_and_the_rest_still_applied() -> None:
     h = harness(deployment_document(MINIMAL))
-    h.server.fail(422, 'Service "m-router" is invalid: spec.ports', kind="Service", name="m-router", times=None)
+    h.server.fail(
+        422, 'Service "m-router" is invalid: spec.ports', method="PATCH", kind="Service", name="m-router", times=None
+    )
     assert await h.reconcile() == "retry"
     degraded = h.condition("Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "ApplyFailed"

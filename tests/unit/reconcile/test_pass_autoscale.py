@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from disagg.metrics_sources.direct import DirectSource
 from disagg.reconcile.autoscale import Autoscaler
 from disagg.reconcile.children import FIELD_MANAGER, REPLICAS_MANAGER
 from disagg.reconcile.kube import Response
 from disagg.reconcile.ownership import manages_replicas
-from disagg.scaling.sources import DirectSource
 from tests.support.engines import EnginePods
 from tests.support.fake_kube import FakeApiServer
 from tests.support.reconciling import MINIMAL, NAMESPACE, NOW, Harness, deployment_document, harness

@@ -141,3 +141,38 @@ async def test_the_running_worker_comes_back_after_a_failure_and_converges() -> 
     passes = [r for r in h.server.requests if r.method == "GET" and r.path.endswith("/disaggdeployments/m")]
     assert len(passes) == 3  # two failed passes, each retried once by its timer, then one that succeeded
     assert h.reconciler.queue.failures(h.key) == 0
+
+
+async def test_an_unexpected_exception_is_reported_in_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a bug in a step after the pure core (here: observing the children) made every pass fail with
+    only a log line, so the DisaggDeployment kept no status, or a stale one, while being retried forever."""
+    h = harness(deployment_document(MINIMAL))
+
+    async def broken(*_: Any) -> None:
+        raise KeyError("metadata")
+
+    monkeypatch.setattr(h.reconciler, "_observe", broken)
+    assert [await one_pass(h) for _ in range(3)] == [1.0, 2.0, 4.0]
+    degraded = h.condition("Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ReconcileFailed"
+    assert "KeyError: 'metadata'" in degraded["message"] and "report" in degraded["message"]
+    assert h.status["phase"] == "Degraded" and "observedGeneration" not in h.status
+    assert [e["reason"] for e in h.events() if e["type"] == "Warning"] == ["ReconcileFailed"]  # once, not per retry
+    monkeypatch.undo()
+    assert await one_pass(h) is None
+    assert h.condition("Degraded")["status"] == "False" and h.status["observedGeneration"] == 1
+
+
+async def test_a_pass_that_keeps_failing_before_its_status_step_is_reported_after_a_few_tries() -> None:
+    """A 403 listing the children (RBAC taken away) fails every pass before anything is applied: first retried
+    quietly, then said in status."""
+    h = harness(deployment_document(MINIMAL))
+    h.server.fail(
+        403, 'services is forbidden: cannot list resource "services"', method="GET", kind="Service", times=None
+    )
+    for attempt in range(3):
+        await one_pass(h)
+        assert "status" not in h.owner(), attempt
+    await one_pass(h)
+    degraded = h.condition("Degraded")
+    assert degraded["reason"] == "ReconcileFailed" and "cannot list resource" in degraded["message"]

@@ -6,11 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disagg.api.kvcache import KvCacheSpec, MooncakeStore
+from disagg.api.owned import KV_CONFIG_DIR as KV_CONFIG_DIR
 from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer
 from disagg.names import PoolName
-
-KV_CONFIG_DIR = "/etc/disagg/kv"
-"""Where the KV ConfigMap (Mooncake JSON, LMCache YAML) is mounted in engine containers."""
 
 ROLE_OF_POOL: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
 """NIXL deprecates kv_both; every P/D connector gets producer on prefill and consumer on decode."""
@@ -60,8 +58,6 @@ class Wiring:
     annotations: dict[str, str] = field(default_factory=dict)
     config_files: dict[str, str] = field(default_factory=dict)
     """File name -> content, shipped in the KV ConfigMap and mounted under KV_CONFIG_DIR."""
-    host_memory_per_engine: int = 0
-    """Bytes of host memory each engine (data-parallel rank) pins for this connector."""
 
 
 def literal_env(name: str, value: str) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from .offloading import offloading_wiring
 
 @dataclass(frozen=True)
 class PoolConnectors:
-    """Everything KV-related one vLLM pool needs: the JSON, env, ports, annotations, files and pinned memory."""
+    """Everything KV-related one vLLM pool needs: the JSON, env, ports, annotations and files (the memory they pin is
+    decided in api/resolve.py, `pinned_host_bytes`)."""
 
     kv_transfer_config: dict[str, Any]
     wirings: list[Wiring]
@@ -36,10 +37,6 @@ class PoolConnectors:
     @property
     def config_files(self) -> dict[str, str]:
         return {name: text for wiring in self.wirings for name, text in wiring.config_files.items()}
-
-    @property
-    def host_memory_per_engine(self) -> int:
-        return sum(wiring.host_memory_per_engine for wiring in self.wirings)
 
 
 def _transfer_wiring(context: PoolContext) -> Wiring:

@@ -44,13 +44,10 @@ def mooncake_store_wiring(context: PoolContext, store: MooncakeStore) -> Wiring:
     extra: dict[str, Any] = {}
     if context.role == "decode" and store.save_decode_cache:
         extra["save_decode_cache"] = True
-    segment = int(parse_quantity(store.global_segment_size))
-    buffer = int(parse_quantity(store.local_buffer_size))
     return Wiring(
         entry=ConnectorEntry("MooncakeStoreConnector", "kv_both", extra),
         env=[literal_env("MOONCAKE_CONFIG_PATH", f"{KV_CONFIG_DIR}/{MOONCAKE_CONFIG_FILE}")],
         config_files={MOONCAKE_CONFIG_FILE: mooncake_store_config(context.deployment, store)},
-        host_memory_per_engine=segment + buffer,
     )
 
 

@@ -19,4 +19,4 @@ def offloading_wiring(context: PoolContext, cpu: CpuTier, disk: DiskTier | None)
     else:
         extra["spec_name"] = "CPUOffloadingSpec"
     # The --kv-offloading-* flags would overwrite a P/D connector, so the tier is spelled as a connector entry.
-    return Wiring(entry=ConnectorEntry("OffloadingConnector", "kv_both", extra), host_memory_per_engine=size)
+    return Wiring(entry=ConnectorEntry("OffloadingConnector", "kv_both", extra))

@@ -1,0 +1,187 @@
+"""The entry point: learn from the observation, propose per pool, constrain, and remember. Also the output types."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from disagg.api.pool import PoolName
+from disagg.scaling.snapshot import Observation
+
+from .config import DEFAULT_TUNING, POOLS, PolicyConfig, Tuning
+from .decode import learn_decode, propose_decode
+from .limits import Final, constrain
+from .prefill import learn_prefill, propose_prefill
+from .proposal import HoldReason, Proposal, hold_reason, trusted
+from .state import PolicyState, PoolMemory, ceil_replicas, recommendation
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDecision:
+    pool: PoolName
+    replicas: int
+    previous: int
+    need: float | None
+    """The model's continuous replica need before rounding, stabilisation and limits (None when held)."""
+    reason: str
+    hold: HoldReason | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.replicas != self.previous
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingCondition:
+    """The ScalingActive condition the shell writes to status."""
+
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    prefill: PoolDecision | None
+    """None when the operator does not scale the pool (autoscaling off or an external controller)."""
+    decode: PoolDecision | None
+    state: PolicyState
+    condition: ScalingCondition
+
+    def pool(self, name: PoolName) -> PoolDecision | None:
+        return self.prefill if name == "prefill" else self.decode
+
+    @property
+    def changed(self) -> bool:
+        return any(d is not None and d.changed for d in (self.prefill, self.decode))
+
+
+def decide(
+    config: PolicyConfig,
+    observation: Observation,
+    state: PolicyState | None,
+    now: float,
+    tuning: Tuning = DEFAULT_TUNING,
+) -> Decision:
+    """One evaluation. Call every `config.interval_s` with fresh snapshots and the state returned last time; build
+    `config` once per spec with `config_from_spec`."""
+    state = _learn(config, observation, state or PolicyState(), now, tuning)
+    proposals: dict[PoolName, Proposal] = {}
+    for name in POOLS:
+        if config.limits(name).scaled:
+            proposals[name] = _propose(config, observation, name, state, now, tuning)
+    final = constrain(config, proposals, state, observation, now, tuning)
+    decisions: dict[PoolName, PoolDecision] = {}
+    for name, proposal in proposals.items():
+        decisions[name] = _pool_decision(name, proposal, final[name], state, observation)
+        state = _remember(state, name, proposal, final[name], now, tuning, config, observation)
+    return Decision(
+        prefill=decisions.get("prefill"),
+        decode=decisions.get("decode"),
+        state=state,
+        condition=_condition(decisions.values()),
+    )
+
+
+def _learn(config: PolicyConfig, obs: Observation, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
+    if trusted(config, obs.prefill, now, tuning):
+        decode_queue = obs.decode.waiting_requests if trusted(config, obs.decode, now, tuning) else None
+        state = learn_prefill(config, obs.prefill, state, tuning, decode_queue)
+    if trusted(config, obs.decode, now, tuning):
+        state = learn_decode(config, obs.decode, state, now, tuning)
+    return state
+
+
+def _propose(
+    config: PolicyConfig, observation: Observation, name: PoolName, state: PolicyState, now: float, tuning: Tuning
+) -> Proposal:
+    snap = observation.pool(name)
+    hold = hold_reason(config, snap, now, tuning)
+    if hold is not None:
+        return Proposal(need=None, why="", hold=hold[0], hold_message=hold[1])
+    memory = state.memory(snap.pool)
+    if snap.pool == "prefill":
+        decode = observation.decode
+        queue = decode.waiting_requests if trusted(config, decode, now, tuning) else None
+        proposal = propose_prefill(config, snap, state, memory, tuning, queue)
+    else:
+        proposal = propose_decode(config, snap, state, memory, tuning)
+    # A replica we removed just left: its share of the traffic lands on survivors whose prefix caches do not hold it
+    # yet, so uncached work and latency jump for about one window. Not evidence that the scale-down was wrong.
+    settling = memory.direction < 0 and memory.ready is not None and snap.ready_replicas < memory.ready
+    return replace(proposal, settling=settling)
+
+
+def _pool_decision(
+    name: PoolName, proposal: Proposal, final: Final, state: PolicyState, obs: Observation
+) -> PoolDecision:
+    if proposal.hold is not None:
+        reason = f"holding {name} at {final.replicas}: {proposal.hold_message}"
+        return PoolDecision(name, final.replicas, final.previous, None, reason, proposal.hold)
+    verdict = ", ".join(final.notes) if final.notes else "steady"
+    if final.replicas != final.previous:
+        head = f"{name} {final.previous} -> {final.replicas}"
+    else:
+        head = f"{name} stays at {final.replicas}"
+    snap = obs.pool(name)
+    starting = f"; {snap.starting_replicas} starting" if snap.starting_replicas else ""
+    reason = f"{head} ({verdict}): need {proposal.need or 0:.2f} replicas from {proposal.why}{starting}"
+    return PoolDecision(name, final.replicas, final.previous, proposal.need, reason)
+
+
+def _remember(
+    state: PolicyState,
+    name: PoolName,
+    proposal: Proposal,
+    final: Final,
+    now: float,
+    tuning: Tuning,
+    config: PolicyConfig,
+    observation: Observation,
+) -> PolicyState:
+    memory = state.memory(name)
+    changed_at, direction = memory.changed_at, memory.direction
+    if final.replicas != final.previous:
+        changed_at, direction = now, (1 if final.replicas > final.previous else -1)
+    history = memory.history
+    observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
+    bursts, load = memory.bursts, memory.load
+    if final.replicas > final.previous and proposal.need is not None:
+        jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
+        if (proposal.breach or jump) and not proposal.settling:
+            burst_at = now
+            bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
+    if proposal.need is not None:
+        reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
+        keep_after = now - max(
+            config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s, reserve_s
+        )
+        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning))
+        observed_at = memory.observed_at if memory.observed_at is not None else now
+        ready = observation.pool(name).ready_replicas
+        waiting = observation.pool(name).waiting_requests
+        snap = observation.pool(name)
+        load = snap.uncached_prompt_token_rate if name == "prefill" else snap.generation_token_rate
+    return state.with_memory(
+        name,
+        PoolMemory(
+            replicas=final.replicas,
+            changed_at=changed_at,
+            direction=direction,
+            history=history,
+            observed_at=observed_at,
+            ready=ready,
+            burst_at=burst_at,
+            bursts=bursts,
+            load=load,
+            waiting=waiting,
+        ),
+    )
+
+
+def _condition(decisions: Iterable[PoolDecision]) -> ScalingCondition:
+    held = [d for d in decisions if d.hold is not None]
+    if held:
+        return ScalingCondition("False", held[0].hold or "", "; ".join(d.reason for d in held))
+    return ScalingCondition("True", "Evaluated", "the scaler acted on fresh metrics for every scaled pool")

@@ -1,0 +1,106 @@
+"""What the policy remembers between evaluations: small frozen records of numbers and tuples, so the shell can keep
+them in memory or serialise them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from disagg.api.pool import PoolName
+
+from .config import Tuning
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One evaluation's unconstrained answer for one pool, kept for the stabilisation windows."""
+
+    at: float
+    up_to: int
+    """Replicas needed now (ceil of the need)."""
+    down_to: int
+    """Replicas that would still leave the tolerance band of headroom (ceil of need / (1 - tolerance))."""
+    need: float = 0.0
+    """The continuous need itself, for the trend over the window."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMemory:
+    replicas: int | None = None
+    """The last decision: what the pool was told to have."""
+    changed_at: float | None = None
+    direction: int = 0
+    """+1 or -1 for the last change, to count reversals."""
+    history: tuple[Recommendation, ...] = ()
+    observed_at: float | None = None
+    """First evaluation with usable metrics: no scale-down before a whole window has been seen."""
+    ready: int | None = None
+    """Ready replicas at the last evaluation: latency measured across a change in capacity is stale evidence."""
+    waiting: float | None = None
+    """Requests queued at the last evaluation: a queue that is shrinking is being served by the capacity in place."""
+    burst_at: float | None = None
+    """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
+    bursts: tuple[float, ...] = ()
+    """Times of the recent bursts (within Tuning.burst_memory_s), for how far apart they come."""
+    load: float | None = None
+    """The pool's load at the last evaluation (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItlFit:
+    """Exponentially forgetting least-squares sums for ITL p90 = a + b * u + c * q, where u is the KV usage and q
+    the running sequences per replica over the batch cap: one decode step costs a fixed part (weights), a part per
+    KV token read and a part per sequence. `moments` holds the weighted sums of x_i * x_j and x_i * y over
+    x = (1, u, q), in the order of `MOMENTS`."""
+
+    moments: tuple[float, ...] = (0.0,) * 9
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    prefill: PoolMemory = field(default_factory=PoolMemory)
+    decode: PoolMemory = field(default_factory=PoolMemory)
+    prefill_capacity: float | None = None
+    """Measured prompt tokens/s of one prefill replica while busy (smoothed)."""
+    queue_factor: float | None = None
+    itl_point: tuple[int, float, float] | None = None
+    """Where decode runs: (ready replicas, sequences per ready replica, mean ITL), smoothed over the windows served
+    by that many replicas."""
+    itl_aim: float | None = None
+    """Share of the ITL target decode is sized for (the fit's mean ITL), learned from the tokens over the target;
+    None until learned (Tuning.itl_margin)."""
+    """k of the prefill queueing model, learned from observed TTFT p90 (smoothed, clipped); None until learned."""
+    itl_fit: ItlFit = field(default_factory=ItlFit)
+
+    def memory(self, name: PoolName) -> PoolMemory:
+        return self.prefill if name == "prefill" else self.decode
+
+    def with_memory(self, name: PoolName, memory: PoolMemory) -> PolicyState:
+        return replace(self, prefill=memory) if name == "prefill" else replace(self, decode=memory)
+
+
+MOMENTS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2), (0, -1), (1, -1), (2, -1))
+"""(i, j) of the sums in ItlFit.moments: x_i * x_j, or x_i * y when j is -1."""
+
+
+def moments(x: tuple[float, float, float], y: float, weight: float) -> tuple[float, ...]:
+    return tuple(weight * x[i] * (y if j < 0 else x[j]) for i, j in MOMENTS)
+
+
+def stationary(previous: float | None, current: float | None, tuning: Tuning) -> bool:
+    if previous is None or current is None:
+        return False
+    return abs(current - previous) <= tuning.stationary_change * max(previous, current, 1e-9)
+
+
+def ewma(previous: float | None, sample: float, smoothing: float) -> float:
+    return sample if previous is None else previous + smoothing * (sample - previous)
+
+
+def recommendation(now: float, need: float, tuning: Tuning) -> Recommendation:
+    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need)
+
+
+def ceil_replicas(value: float) -> int:
+    return math.ceil(value - 1e-9)

@@ -1,0 +1,58 @@
+"""Specs whose objects the API server would refuse are refused first, naming the field (D72), and settings that
+would be silently replaced or escape a rule are refused too. Regression tests: on the commit before these rules,
+every spec below was accepted and rendered objects that kube-apiserver refuses (or that quietly did something
+else than written); e2e/test_apiserver_rules.py shows the real API server's verdict on each kind of object."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from disagg.api.validate import validate_deployment
+from disagg.render import render_deployment
+from tests.support.crdschema import apply_defaults, cel_violations
+from tests.support.object_rule_cases import BASE, CASES, CEL_BACKED, CUSTOM, Change, case_document, set_at
+from tests.support.rendering import find
+
+
+@pytest.mark.parametrize(("change", "path", "base"), CASES.values(), ids=CASES.keys())
+def test_refused_with_the_field_and_a_fix(change: Change, path: str, base: dict[str, Any] | None) -> None:
+    result = validate_deployment(case_document(change, base))
+    assert not result.ok
+    assert path in [problem.path for problem in result.problems], result.problems
+    assert all(problem.fix for problem in result.problems)
+
+
+@pytest.mark.parametrize("name", sorted(CEL_BACKED))
+def test_the_crd_refuses_it_too(name: str, resource_schema: dict[str, Any]) -> None:
+    change, _, base = CASES[name]
+    document = apply_defaults(resource_schema, case_document(change, base))
+    assert list(cel_violations(resource_schema, document))
+
+
+def test_the_bases_are_valid() -> None:
+    assert validate_deployment(copy.deepcopy(BASE)).ok and validate_deployment(copy.deepcopy(CUSTOM)).ok
+
+
+def test_a_large_annotation_value_is_fine() -> None:
+    """D74: kubectl's last-applied annotation holds the whole object; a 4096-character cap made that Invalid."""
+    document = copy.deepcopy(BASE)
+    document["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "x" * 20_000}
+    document["spec"]["decode"]["podAnnotations"] = {"note": "y" * 10_000}
+    assert validate_deployment(document).ok
+
+
+def test_router_resources_are_exactly_what_is_written_or_the_defaults() -> None:
+    """Regression: a request above the default 1Gi limit rendered a router the API server refused."""
+    document = case_document(set_at("spec.frontend.router.resources", {"requests": {"memory": "2Gi"}}), None)
+    result = validate_deployment(document)
+    assert result.deployment is not None
+    router = find(render_deployment(result.deployment, "ns"), "Deployment", "m-router")
+    resources = router["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"memory": "2Gi"}, "limits": {}}
+    default = find(
+        render_deployment(validate_deployment(copy.deepcopy(BASE)).deployment, "ns"), "Deployment", "m-router"
+    )  # type: ignore[arg-type]
+    assert default["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"memory": "1Gi"}
