@@ -47,6 +47,9 @@ LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 SERVING_GATE = "disagg.dev/serving"
 """The readiness gate of engine pods when the serving check enforces (and the pod condition the operator sets): a
 pod becomes Ready only once the operator has seen a pair through it serve (docs/decisions.md, D102)."""
+FRONTEND_ADMIN_PORT = "admin"
+"""The name of the operator's frontend's admin port (docs/frontend.md): probes, drains and the pair list. A router
+container with a port of this name is recognised as the operator's frontend, whose pairs the serving check probes."""
 
 BOOTSTRAP_PORT_ANNOTATION = "vllm.ai/bootstrap-port"
 """vllm-router reads the Mooncake bootstrap port of a discovered prefill pod from this fixed annotation."""

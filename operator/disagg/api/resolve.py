@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
+from disagg.names import FRONTEND_ADMIN_PORT, POOLS, PoolName, api_pod_selector, selector_labels
 
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
 from .engine import DEFAULT_ENGINE_IMAGE, ChatSettings, EngineSettings
@@ -154,6 +154,16 @@ last replica never goes."""
 GATED_ROLLOUT: tuple[IntOrPercent, IntOrPercent] = ("100%", 0)
 """(maxSurge, maxUnavailable) of pools behind the serving readiness gate (D102, D103): every new pod may start at
 once, none is removed before a new one is admitted; the operator's admissions pace the rollout."""
+
+
+def may_gate_pools(spec: DisaggDeploymentSpec) -> bool:
+    """Whether single-node engine pods may get the serving readiness gate, read from the spec for validation. The
+    planner decides it from the rendered router (plan/serving.py gates_pools: the operator's own frontend, known by
+    its admin port, with the check enforcing); an unset mode counts as Enforce here because the operator's
+    --serving-check default is not known when a spec is validated."""
+    custom = spec.frontend.router.custom_container
+    enforcing = spec.serving.check.mode in (None, "Enforce")
+    return enforcing and custom is not None and FRONTEND_ADMIN_PORT in custom.extra_ports
 
 
 def effective_rollout(pool: PoolSpec, role: PoolName, gated: bool = False) -> tuple[IntOrPercent, IntOrPercent]:

@@ -18,12 +18,11 @@ from disagg.api.resolve import ResolvedDeployment
 from disagg.api.serving import CheckMode, RemediationAction, StuckPolicy
 from disagg.api.units import parse_duration
 from disagg.frontend.contract import LABEL_PAIRING_REVISION
-from disagg.names import Role, selector_labels
+from disagg.names import FRONTEND_ADMIN_PORT, Role, selector_labels
 
 from .model import ContainerPlan, WorkloadPlan
 
-ADMIN_PORT_NAME = "admin"
-"""The frontend container's admin port (docs/frontend.md): probes, drains and the pair list."""
+ADMIN_PORT_NAME = FRONTEND_ADMIN_PORT
 DEFAULT_MODE: CheckMode = "Enforce"
 CheckMethod = Literal["pairs", "endpoint"]
 DRAIN_SECONDS = 30
