@@ -142,17 +142,30 @@ def make_pod(
     revision: str = "",
     restarts: int = 0,
     ip: str = "10.0.0.1",
+    template: str = "t1",
 ) -> dict[str, Any]:
-    """A running pod of one role, as the kubelet would report it (the gate condition unset)."""
+    """A running pod of one role, as the kubelet would report it (the gate condition unset), controlled by the
+    ReplicaSet `<deployment>-<role>-<template>` of the role's Deployment."""
     containers_ready = ready
     pod_ready = ready and not gated
-    labels = {LABEL_DEPLOYMENT: deployment, "disagg.dev/role": role, LABEL_MANAGED_BY: MANAGED_BY}
+    labels = {
+        LABEL_DEPLOYMENT: deployment,
+        "disagg.dev/role": role,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        "pod-template-hash": template,
+    }
+    controller = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": f"{deployment}-{role}-{template}",
+        "controller": True,
+    }
     if revision:
         labels["disagg.dev/pairing-revision"] = revision
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels, "ownerReferences": [controller]},
         "spec": {
             "containers": [{"name": "c", "image": "x"}],
             **({"readinessGates": [{"conditionType": SERVING_GATE}]} if gated else {}),
@@ -174,6 +187,32 @@ def make_pod(
             ],
         },
     }
+
+
+def create_pod(server: FakeApiServer, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """make_pod's pod, created in the fake API server under its ReplicaSet (see `controlled`)."""
+    return server.create(controlled(server, make_pod(*args, **kwargs)))
+
+
+def controlled(server: FakeApiServer, pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` with the uid of the ReplicaSet its controller reference names, which is created if missing: controlled by
+    the role's Deployment when that exists (the operator's own pod), else by nobody."""
+    controller = pod["metadata"]["ownerReferences"][0]
+    if server.get("ReplicaSet", NAMESPACE, controller["name"]) is None:
+        deployment_name = controller["name"].removesuffix("-" + pod["metadata"]["labels"]["pod-template-hash"])
+        deployment = server.get("Deployment", NAMESPACE, deployment_name)
+        labels = {
+            key: value for key, value in pod["metadata"]["labels"].items() if key != "disagg.dev/pairing-revision"
+        }
+        metadata: dict[str, Any] = {"name": controller["name"], "namespace": NAMESPACE, "labels": labels}
+        if deployment is not None:
+            reference = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name, "controller": True}
+            metadata["ownerReferences"] = [{**reference, "uid": deployment["metadata"]["uid"]}]
+        server.create({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": metadata, "spec": {}})
+    replica_set = server.get("ReplicaSet", NAMESPACE, controller["name"])
+    assert replica_set is not None
+    controller["uid"] = replica_set["metadata"]["uid"]
+    return pod
 
 
 def kubelet(server: FakeApiServer) -> None:

@@ -65,7 +65,8 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   to read a workload before a replicas hand-over;
 - pods: list (diagnostics, the scaler's metrics, the serving check) and get/watch because the router's Role grants
   them (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate remediation);
-  pods/status: patch (the serving readiness gate); replicasets: list (rolling a stuck rollout back); events: create.
+  pods/status: patch (the serving readiness gate); replicasets: list (which pods are our workloads', rolling a stuck
+  rollout back); events: create.
 */}}
 {{- define "disagg-operator.namespacedRules" -}}
 - apiGroups: [disagg.dev]

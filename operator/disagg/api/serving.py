@@ -25,9 +25,10 @@ class ServingCheck(ApiModel):
         "(Serving is Unknown). Unset: the operator's --serving-check default (Enforce unless its administrator "
         "chose otherwise).",
     )
-    interval: Duration = Field(default="10s", description="Time between two check rounds.")
+    interval: Duration = Field(default="10s", description="Time between two check rounds (at least 1s).")
     deadline: Duration = Field(
-        default="10s", description="How long one round may take; a pair that has not answered by then fails."
+        default="10s",
+        description="How long one round may take (1s to 60s); a pair that has not answered by then fails.",
     )
     failure_threshold: Annotated[int, Field(ge=1, le=10)] = Field(
         default=2,
@@ -55,10 +56,12 @@ class Remediation(ApiModel):
     cooldown: Duration = Field(
         default="2m",
         description="At most one pod restart per cooldown per DisaggDeployment, and none while a pool is short of "
-        "ready replicas for another reason.",
+        "ready replicas for another reason (at least 10s).",
     )
     drain_for: Duration = Field(
-        default="5m", description="Lifetime of a drain; renewed while the pair keeps failing, lifted when it serves."
+        default="5m",
+        description="Lifetime of a drain (at least the check interval); renewed while the pair keeps failing, lifted "
+        "when it serves.",
     )
 
 
@@ -68,7 +71,7 @@ class DeploymentRollout(ApiModel):
     progress_deadline: Duration = Field(
         default="15m",
         description="A rollout whose new pods have not passed their pair probes by then is RolloutStuck (Degraded); "
-        "the old revision keeps serving.",
+        "the old revision keeps serving. At least 1m and the check interval.",
     )
     on_stuck: StuckPolicy = Field(
         default="Wait",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from disagg.frontend.contract import ANNOTATION_PAIRING_GENERATION, LABEL_PAIRING_REVISION
 from disagg.names import LABEL_ROLE, LWS_WORKER_INDEX_LABEL, SERVING_GATE, PoolName
 
 _RESTARTS = re.compile(r"\brestarts=(\d+)\b")
+_Obj = TypeVar("_Obj", bound=Mapping[str, Any])
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,52 @@ def engine_pod(pod: Mapping[str, Any]) -> EnginePod | None:
 def engine_pods(pods: Iterable[Mapping[str, Any]]) -> list[EnginePod]:
     found = [engine for pod in pods if (engine := engine_pod(pod)) is not None]
     return sorted(found, key=lambda e: (e.role, e.created, e.name))
+
+
+def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+def owned_pods(
+    pods: Iterable[_Obj],
+    deployments: Iterable[str],
+    leader_worker_sets: Iterable[str],
+    replica_sets: Iterable[Mapping[str, Any]],
+) -> list[_Obj]:
+    """The pods of the DisaggDeployment's own workloads (the ones it created, D70): `deployments` are the uids of its
+    Deployments, `leader_worker_sets` the names of its LeaderWorkerSets, `replica_sets` the ReplicaSets listed with
+    its labels. A Deployment's pod is controlled by a ReplicaSet (checked by uid) that one of those Deployments
+    controls; a LeaderWorkerSet's by the StatefulSet the LeaderWorkerSet controller names `<name>` (leaders) or
+    `<name>-<group>` (workers), names no other object can hold while the LeaderWorkerSet runs. Labels alone are not
+    ownership: anyone may label a pod like ours, and the serving check patches, probes and deletes what it is given."""
+    ours = set(deployments)
+    sets = set(leader_worker_sets)
+    replica_set_uids = {
+        str((rs.get("metadata") or {}).get("uid", "")) for rs in replica_sets if controller_uid(rs) in ours
+    }
+    found = []
+    for pod in pods:
+        controller = _controller(pod) or {}
+        kind, name = controller.get("kind"), str(controller.get("name", ""))
+        if kind == "ReplicaSet":
+            owned = str(controller.get("uid", "")) in replica_set_uids
+        elif kind == "StatefulSet":
+            base, _, group = name.rpartition("-")
+            owned = name in sets or (base in sets and group.isdigit())
+        else:
+            owned = False
+        if owned:
+            found.append(pod)
+    return found
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid in the object's controller reference ("" without one)."""
+    return str((_controller(obj) or {}).get("uid", ""))
+
+
+def owned_replica_sets(replica_sets: Iterable[_Obj], deployment_uid: str) -> list[_Obj]:
+    """The ReplicaSets whose controller is the Deployment with `deployment_uid` (a rollback reads its template
+    only from those)."""
+    return [rs for rs in replica_sets if deployment_uid and controller_uid(rs) == deployment_uid]

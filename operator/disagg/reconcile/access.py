@@ -91,7 +91,8 @@ NAMESPACED: tuple[Grant, ...] = (
         REPLICA_SET.plural,
         ("list",),
         "client",
-        "Kube.list of a pool's ReplicaSets to roll a stuck rollout back (Reconciler._hold_templates)",
+        "Kube.list of ReplicaSets: which pods are our workloads' (Reconciler._own_pods) and the pod templates to roll "
+        "a stuck rollout back to (Reconciler._hold_templates)",
     ),
     Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),
     *_grants((DISAGG_DEPLOYMENT, *CHILD_KINDS), ("list", "watch"), "kopf", "kopf watches them (build_registry)"),

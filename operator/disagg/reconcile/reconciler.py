@@ -18,6 +18,7 @@ from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.errors import Problem
 from disagg.api.serving import CheckMode
 from disagg.api.validate import ValidationResult, validate_deployment
+from disagg.health.pods import controller_uid, owned_pods, owned_replica_sets
 from disagg.health.rollback import template_of, template_revision
 from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, POOLS, REPLICA_SET, children_selector
 from disagg.plan import build_plan
@@ -295,7 +296,8 @@ class Reconciler:
                     replica_sets = await self.kube.list(REPLICA_SET.name, state.key[0], selector)
                 except KubeError as exc:
                     raise RetryLater(f"listing ReplicaSets to roll back {workload.name}: {exc}") from exc
-                template = template_of(replica_sets, revision)
+                live_uid = (state.live.get(child_key(obj)) or {}).get("metadata", {}).get("uid", "")
+                template = template_of(owned_replica_sets(replica_sets, live_uid), revision)
             if template is None:
                 state.apply_errors.append(
                     f"rolling back {workload.name}: no ReplicaSet runs pairing revision {revision} any more"
@@ -384,7 +386,8 @@ class Reconciler:
         if self.serving is None:
             return None
         try:
-            report = await self.serving.step(state.key, state.plan, state.live, state.pods, self.clock(), state.held)
+            pods = await self._own_pods(state)
+            report = await self.serving.step(state.key, state.plan, state.live, pods, self.clock(), state.held)
         except KubeError as exc:
             if exc.transient:
                 raise RetryLater(f"serving check: {exc}") from exc
@@ -410,6 +413,27 @@ class Reconciler:
                 )
                 self.queue.add(state.key)  # the next pass applies the previous templates
         return report
+
+    async def _own_pods(self, state: PassState) -> list[dict[str, Any]]:
+        """The listed pods that belong to this DisaggDeployment's own workloads (health/pods.py owned_pods): the
+        serving check patches, probes and deletes only those."""
+        if state.plan.serving.mode == "Off":
+            return state.pods
+        uid = state.owner["metadata"]["uid"]
+        ours = {
+            key: obj
+            for key, obj in state.live.items()
+            if key[0] in ("Deployment", "LeaderWorkerSet") and controller_uid(obj) == uid
+        }
+        deployments = [obj["metadata"]["uid"] for (kind, _), obj in ours.items() if kind == "Deployment"]
+        replica_sets: list[dict[str, Any]] = []
+        if deployments:
+            try:
+                replica_sets = await self.kube.list(REPLICA_SET.name, state.key[0], children_selector(state.key[1]))
+            except KubeError as exc:
+                raise RetryLater(f"listing ReplicaSets to tell our pods from others: {exc}") from exc
+        sets = [name for kind, name in ours if kind == "LeaderWorkerSet"]
+        return owned_pods(state.pods, deployments, sets, replica_sets)
 
     def _status_inputs(self, state: PassState) -> StatusInputs:
         return StatusInputs(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from disagg.health.pods import admitted_restarts, engine_pod, engine_pods, gate_message
+from typing import Any
+
+from disagg.health.pods import admitted_restarts, engine_pod, engine_pods, gate_message, owned_pods, owned_replica_sets
 from disagg.names import SERVING_GATE
 from tests.unit.health.podfactory import pod
 
@@ -45,3 +47,38 @@ def test_the_admitted_incarnation_is_read_back_from_the_condition_message() -> N
     assert admitted_restarts(condition) == 7
     assert admitted_restarts({**condition, "status": "False"}) is None
     assert admitted_restarts({"type": SERVING_GATE, "status": "True", "message": "set by hand"}) is None
+
+
+def _controlled_by(name: str, kind: str, controller: str, uid: str = "") -> dict[str, Any]:
+    reference = {"kind": kind, "name": controller, "uid": uid, "controller": True}
+    return {"metadata": {"name": name, "ownerReferences": [reference]}}
+
+
+def _replica_set(uid: str, deployment_uid: str) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "ownerReferences": [{"uid": deployment_uid, "controller": True}]}}
+
+
+def test_only_pods_of_the_deployments_own_workloads_are_its_pods() -> None:
+    replica_sets = [_replica_set("rs1", "dep1"), _replica_set("rs2", "someone-else")]
+    pods = [
+        _controlled_by("ours-deployment", "ReplicaSet", "m-decode-h1", uid="rs1"),
+        _controlled_by("ours-leader", "StatefulSet", "m-prefill"),
+        _controlled_by("ours-worker", "StatefulSet", "m-prefill-3"),
+        _controlled_by("replica-set-named-like-ours", "ReplicaSet", "m-decode-h2", uid="rs2"),
+        _controlled_by("replica-set-not-listed", "ReplicaSet", "m-decode-h3", uid="rs3"),
+        _controlled_by("lookalike-statefulset", "StatefulSet", "m-prefill-x"),
+        _controlled_by("statefulset-of-another", "StatefulSet", "m-decode"),
+        _controlled_by("a-job", "Job", "m-prefill"),
+        {"metadata": {"name": "bare"}},
+    ]
+    owned = [pod["metadata"]["name"] for pod in owned_pods(pods, ["dep1"], ["m-prefill"], replica_sets)]
+    assert owned == ["ours-deployment", "ours-leader", "ours-worker"]
+    assert owned_pods(pods, [], [], replica_sets) == []
+
+
+def test_a_rollback_reads_only_replica_sets_the_deployment_controls() -> None:
+    ours = {"metadata": {"name": "a", "ownerReferences": [{"uid": "d1", "controller": True}]}}
+    theirs = {"metadata": {"name": "b", "ownerReferences": [{"uid": "d2", "controller": True}]}}
+    not_controller = {"metadata": {"name": "c", "ownerReferences": [{"uid": "d1"}]}}
+    assert owned_replica_sets([ours, theirs, not_controller], "d1") == [ours]
+    assert owned_replica_sets([ours], "") == []

@@ -25,7 +25,7 @@ from tests.support.engines import EnginePods
 from tests.support.fake_kube import ApiError, FakeApiServer
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
 from tests.support.rendering import example_deployment
-from tests.support.serving import checked_harness, kubelet, make_pod
+from tests.support.serving import checked_harness, create_pod, kubelet
 from tests.unit.reconcile.test_pass_serving import FRONTEND
 
 Access = tuple[str, str, str]
@@ -115,13 +115,13 @@ async def serving_scenario(server: FakeApiServer) -> None:
     h, frontend, clock = checked_harness(document, server)
     await h.reconcile()
     for name, role in (("v-prefill-a", "prefill"), ("v-decode-a", "decode")):
-        server.create(make_pod("v", name, role, gated=True, revision="old"))
-    server.create(make_pod("v", "v-router-a", "router", ip="10.9.0.1"))
+        create_pod(server, "v", name, role, gated=True, revision="old")
+    create_pod(server, "v", "v-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     kubelet(server)
     for name, role in (("v-prefill-b", "prefill"), ("v-decode-b", "decode")):
-        server.create(make_pod("v", name, role, gated=True))
+        create_pod(server, "v", name, role, gated=True)
     frontend.behaviour = lambda p, d: p.endswith("a") and d.endswith("a")
     for _ in range(9):
         clock.now += 10

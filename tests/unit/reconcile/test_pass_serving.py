@@ -7,7 +7,7 @@ from typing import Any
 
 from disagg.names import SERVING_GATE
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document
-from tests.support.serving import checked_harness, kubelet, make_pod, restart
+from tests.support.serving import checked_harness, controlled, create_pod, kubelet, make_pod, restart
 
 FRONTEND = """
 apiVersion: disagg.dev/v1alpha1
@@ -48,8 +48,8 @@ async def test_engines_become_ready_only_once_a_pair_through_them_serves_then_se
     assert workload["spec"]["template"]["spec"]["readinessGates"] == [{"conditionType": SERVING_GATE}]
     assert workload["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "100%", "maxUnavailable": 0}
     for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     # Both engines were probed as a candidate pair and admitted together.
@@ -75,8 +75,8 @@ async def test_a_running_frontend_that_is_not_ready_yet_is_checked_so_the_first_
     h, frontend, clock = checked_harness(deployment_document(FRONTEND))
     await h.reconcile()
     for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
-    h.server.create(make_pod("m", "m-router-a", "router", ready=False, ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ready=False, ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     assert frontend.probed[-1] == [("m-prefill-a", "m-decode-a")]
@@ -85,7 +85,7 @@ async def test_a_running_frontend_that_is_not_ready_yet_is_checked_so_the_first_
     pending = make_pod("m", "m-router-b", "router", ready=False, ip="")
     pending["status"]["phase"] = "Pending"
     h.server.remove("Pod", NAMESPACE, "m-router-a")
-    h.server.create(pending)
+    h.server.create(controlled(h.server, pending))
     clock.now += 10
     await h.reconcile()
     serving = h.condition("Serving")
@@ -96,8 +96,8 @@ async def _serving(document: str = FRONTEND, **frontend: Any) -> tuple[Any, Any,
     h, fake, clock = checked_harness(deployment_document(document), **frontend)
     await h.reconcile()
     for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     kubelet(h.server)
@@ -197,7 +197,7 @@ async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
     await h.reconcile()
     decode = h.server.get("Deployment", NAMESPACE, "m-decode")
     assert "readinessGates" not in decode["spec"]["template"]["spec"]
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     serving = h.condition("Serving")
@@ -254,9 +254,9 @@ async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_th
         ("m-decode-a", "decode"),
         ("m-decode-b", "decode"),
     ):
-        h.server.create(make_pod("m", name, role, gated=True))
+        create_pod(h.server, "m", name, role, gated=True)
     for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
-        h.server.create(make_pod("m", name, "router", ip=ip))
+        create_pod(h.server, "m", name, "router", ip=ip)
     h.settle()
     await h.reconcile()
     kubelet(h.server)
@@ -292,8 +292,8 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     await h.reconcile()
     # The old revision serves (the planner's label for the new one is "" here: it renders none yet).
     for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True, revision="old")
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     kubelet(h.server)
@@ -301,7 +301,7 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     await h.reconcile()
     assert h.condition("Serving")["status"] == "True"
     # The new revision's decode comes up first: it passes nothing (no new prefill yet) and stays unready.
-    h.server.create(make_pod("m", "m-decode-new", "decode", gated=True))
+    create_pod(h.server, "m", "m-decode-new", "decode", gated=True)
     await h.reconcile()
     assert gate(h, "m-decode-new") == {}
     rollout = h.status["rollout"]
@@ -312,7 +312,7 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     }
     assert "older revisions old serve meanwhile" in rollout["waitingFor"]
     # Its prefill comes up: the new pair passes, both are admitted in the same pass.
-    h.server.create(make_pod("m", "m-prefill-new", "prefill", gated=True))
+    create_pod(h.server, "m", "m-prefill-new", "prefill", gated=True)
     await h.reconcile()
     assert gate(h, "m-decode-new")["status"] == "True" and gate(h, "m-prefill-new")["status"] == "True"
     # The Deployments remove the old pods: the rollout is complete.
@@ -329,8 +329,8 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
     for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True, revision="old")
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     kubelet(h.server)
@@ -338,7 +338,7 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     await h.reconcile()
     frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500 KV cache layout mismatch"
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
+        create_pod(h.server, "m", name, role, gated=True)
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
@@ -356,7 +356,8 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     await h.reconcile()
     for role in ("prefill", "decode"):
         # What the Deployment controller kept of the previous template: its ReplicaSet, with its own hash label.
-        template = h.server.get("Deployment", NAMESPACE, f"m-{role}")["spec"]["template"]
+        deployment = h.server.get("Deployment", NAMESPACE, f"m-{role}")
+        template = deployment["spec"]["template"]
         template["metadata"]["labels"].update({"disagg.dev/pairing-revision": "old", "pod-template-hash": "h1"})
         template["spec"]["containers"][0]["image"] = "vllm:old"
         h.server.create(
@@ -368,19 +369,28 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
                     "namespace": NAMESPACE,
                     "labels": {"disagg.dev/deployment": "m", "disagg.dev/role": role},
                     "annotations": {"deployment.kubernetes.io/revision": "1"},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "Deployment",
+                            "name": f"m-{role}",
+                            "uid": deployment["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
                 },
                 "spec": {"template": template},
             }
         )
     for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True, revision="old")
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     await h.reconcile()
     kubelet(h.server)
     frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
+        create_pod(h.server, "m", name, role, gated=True)
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
@@ -405,15 +415,49 @@ async def test_without_rollback_a_stuck_rollout_keeps_the_spec_templates() -> No
     await h.reconcile()
     before = h.server.get("Deployment", NAMESPACE, "m-decode")["spec"]["template"]
     for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True, revision="old"))
-    h.server.create(make_pod("m", "m-router-a", "router", ip="10.9.0.1"))
+        create_pod(h.server, "m", name, role, gated=True, revision="old")
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
     kubelet(h.server)
     frontend.behaviour = lambda p, d: p.endswith("old")
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        h.server.create(make_pod("m", name, role, gated=True))
+        create_pod(h.server, "m", name, role, gated=True)
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
     assert h.status["rollout"]["state"] == "Stuck" and "rolledBackTo" not in h.status["rollout"]
     assert h.server.get("Deployment", NAMESPACE, "m-decode")["spec"]["template"] == before
+
+
+async def test_a_pod_labelled_like_an_engine_but_not_of_its_workloads_is_never_probed_gated_or_deleted() -> None:
+    """D70: labels are not ownership. A pod that looks like an admitted decode engine (our labels, our gate
+    condition) under a ReplicaSet the pool Deployment does not control fails every pair: the operator leaves it."""
+    h, frontend, clock = await _serving()
+    h.server.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": "m-decode-x9",
+                "namespace": NAMESPACE,
+                "labels": make_pod("m", "m-decode-foreign", "decode", template="x9")["metadata"]["labels"],
+            },
+        }
+    )
+    foreign = controlled(h.server, make_pod("m", "m-decode-foreign", "decode", gated=True, template="x9"))
+    admitted = {"type": SERVING_GATE, "status": "True", "message": "restarts=0; copied"}
+    foreign["status"]["conditions"] = [
+        {"type": "ContainersReady", "status": "True"},
+        {"type": "Ready", "status": "True"},
+        admitted,
+    ]
+    h.server.create(foreign)
+    frontend.behaviour = lambda p, d: "decode failed: 500" if d == "m-decode-foreign" else True
+    for _ in range(4):
+        clock.now += 10
+        await h.reconcile()
+    assert h.server.get("Pod", NAMESPACE, "m-decode-foreign") is not None
+    assert gate(h, "m-decode-foreign") == admitted  # its condition as it was written, never patched
+    assert all("m-decode-foreign" not in pair for pairs in frontend.probed for pair in pairs)
+    assert "RecreatedEngine" not in reasons(h)
+    assert h.condition("Serving")["status"] == "True" and h.status["serving"]["pairs"] == 1
