@@ -56,7 +56,14 @@ def token_kubeconfig(kube: KubeCluster, token: str, path: Path) -> Path:
 def install_crd(kube: KubeCluster) -> None:
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     crd = CustomResourceDefinition.get(f"{PLURAL}.{GROUP}", api=kube.api)
-    crd.wait("condition=Established", timeout=60)
+
+    def established() -> bool:
+        # Not kr8s's wait: it raises on an object without status.conditions, as a CRD is for its first moments.
+        crd.refresh()
+        conditions = (crd.raw.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_for("the DisaggDeployment CRD to be established", established, timeout=60)
 
 
 class OperatorProcess:
