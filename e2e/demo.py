@@ -75,6 +75,7 @@ def cluster_for_demo() -> KubeCluster:
         kubeconfig = output.stdout.strip().splitlines()[-1]
         os.environ.setdefault("DISAGG_E2E_ENGINE_IMAGE", "disagg-vllm-sim:e2e")
         os.environ.setdefault("DISAGG_E2E_ROUTER_IMAGE", "ghcr.io/disagg-dev/vllm-router:e2e")
+        os.environ.setdefault("DISAGG_E2E_OPERATOR_IMAGE", "ghcr.io/disagg-dev/disagg-operator:e2e")
         return KubeCluster(Path(kubeconfig), _kubectl_on_path(), local=False)
     bins = BinDir.default()
     if not bins.is_complete():

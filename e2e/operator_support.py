@@ -213,10 +213,13 @@ def with_test_images(document: dict[str, Any]) -> dict[str, Any]:
     """The DisaggDeployment with the images a container-running cluster (kind) can start without GPUs.
 
     On the local control plane pods are never started, so the examples are applied as written. e2e/kind/up.sh
-    builds and loads a vLLM simulator and vllm-router, and names them in these variables.
+    builds and loads a vLLM simulator, vllm-router and the operator (whose image runs the P/D frontend), and
+    names them in these variables.
     """
     engine = os.environ.get("DISAGG_E2E_ENGINE_IMAGE")
-    router = os.environ.get("DISAGG_E2E_ROUTER_IMAGE")
+    implementation = (document.get("spec", {}).get("frontend", {}).get("router") or {}).get("implementation")
+    variable = "DISAGG_E2E_ROUTER_IMAGE" if implementation == "vllm-router" else "DISAGG_E2E_OPERATOR_IMAGE"
+    router = os.environ.get(variable)
     if not engine and not router:
         return document
     spec = document.setdefault("spec", {})

@@ -16,6 +16,12 @@ that sends what vLLM would not accept fails here too:
 - NIXL push (`push_scheduler.py`, `push_worker.py`): decode's registration needs `remote_engine_id`,
   `remote_host`, `remote_port`, `tp_size` (a KeyError in vLLM); prefill matches registrations to finished
   requests by request id, exact or with the `-{8 hex}` suffix stripped (`get_base_request_id`), within its lease;
+- Mooncake (`mooncake/mooncake_connector.py`, `mooncake_utils.py`): a prefill engine serves its bootstrap server
+  (`GET /query` -> `{dp_rank: {engine_id, worker_addr}}`) on its bootstrap port and keeps a finished request's
+  blocks for decode only with `do_remote_decode` and a `transfer_id`; decode needs all of `remote_engine_id`,
+  `remote_bootstrap_addr` and `transfer_id` (else it recomputes), asks that bootstrap address over HTTP for the
+  engine id (not found: the load fails, and `kv_load_failure_policy: fail` fails the request), then waits for
+  prefill's request of the same `transfer_id`;
 - MoRI-IO (`moriio_common.py`, `moriio_connector.py`): peers' `host:IP,handshake:PORT,notify:PORT` addresses are
   parsed from the request id with vLLM's regular expressions; `transfer_id` must be shared; in write mode decode
   sends prefill a msgpack `{"type": "remote_blocks", ...}` over ZMQ to the notify port, in read mode a
@@ -47,7 +53,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-Connector = Literal["nixl", "nixl-push", "moriio"]
+Connector = Literal["nixl", "nixl-push", "moriio", "mooncake"]
 # vLLM's MoRI-IO request id patterns (moriio_common.py), applied to the engine's internal request id.
 _PREFILL_ZMQ_RE = re.compile(r"___prefill_addr_(.+?)___decode_addr_")
 _DECODE_ZMQ_RE = re.compile(r"___decode_addr_(.+)_[0-9a-f]{32}(?:-.*)?$")
@@ -99,6 +105,7 @@ class SimEngine:
     moriio_mode: Literal["READ", "WRITE"] = "WRITE"
     moriio_handshake_port: int = 6301
     moriio_notify_port: int = 61005
+    bootstrap_port: int = 8998
     bidirectional: bool = False
     block_size: int = 16
     lease: float = 30.0
@@ -124,6 +131,8 @@ class SimEngine:
     push_finished: dict[str, Blocks] = field(default_factory=dict)
     push_waiters: dict[str, asyncio.Future[int]] = field(default_factory=dict)
     moriio_waiters: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    mooncake_sent: dict[str, Blocks] = field(default_factory=dict)
+    mooncake_waiters: dict[str, asyncio.Future[Blocks]] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -150,6 +159,12 @@ class SimEngine:
         return app
 
     async def start(self) -> None:
+        if self.connector == "mooncake" and self.role == "prefill":
+            bootstrap = web.Application()
+            bootstrap.router.add_get("/query", self._bootstrap_query)
+            self._bootstrap = web.AppRunner(bootstrap, access_log=None)
+            await self._bootstrap.setup()
+            await web.TCPSite(self._bootstrap, self.host, self.bootstrap_port).start()
         if self.connector == "moriio":
             import zmq
             import zmq.asyncio
@@ -166,9 +181,15 @@ class SimEngine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.connector == "mooncake" and self.role == "prefill":
+            await self._bootstrap.cleanup()
         if self.connector == "moriio":
             self._notify.close(0)
             self._zmq.term()
+
+    async def _bootstrap_query(self, request: web.Request) -> web.Response:
+        worker = f"{self.host}:{self.side_channel_port}"
+        return web.json_response({"0": {"engine_id": self.engine_id, "worker_addr": {"0": {"0": worker}}}})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -273,6 +294,8 @@ class SimEngine:
         is_d = bool(params and params.get("do_remote_prefill"))
         if self.connector == "moriio":
             external, result = await self._moriio(rid, n, params, is_p, is_d)
+        elif is_d and self.connector == "mooncake":
+            external = await self._mooncake_receive(n, params)
         elif is_d and self.connector == "nixl-push":
             external = await self._push_receive(rid, n, params)
         elif is_d:
@@ -291,6 +314,10 @@ class SimEngine:
         self.count('vllm:request_success{finished_reason="length"')
         if self.connector == "moriio":
             return {"tokens": tokens, **result}
+        if self.connector == "mooncake":
+            if is_p and params and params.get("transfer_id"):
+                self._mooncake_finished(str(params["transfer_id"]), n)
+            return {"tokens": tokens, "kv_transfer_params": None}  # request_finished returns no params
         if is_p:
             result["kv_transfer_params"] = self._finish_prefill(rid, n, cached + external)
         elif self.bidirectional and self.role == "decode" and params is not None:
@@ -433,6 +460,48 @@ class SimEngine:
             waiter = registration["decoder"].push_waiters.get(match)
             if waiter is not None and not waiter.done():
                 waiter.set_result(blocks.tokens)
+
+    # ---- Mooncake ---------------------------------------------------------------------------------------------
+    def _mooncake_finished(self, transfer_id: str, n: int) -> None:
+        blocks = Blocks(n, time.monotonic() + self.lease, self.engine_id)
+        waiter = self.mooncake_waiters.pop(transfer_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(blocks)
+        else:
+            self.mooncake_sent[transfer_id] = blocks
+
+    async def _mooncake_receive(self, n: int, params: dict[str, Any]) -> int:
+        if not all(p in params for p in ("remote_engine_id", "remote_bootstrap_addr", "transfer_id")):
+            return 0  # "Got invalid KVTransferParams ... will not utilize KVTransfer"
+        import aiohttp
+
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(str(params["remote_bootstrap_addr"]) + "/query") as r,
+            ):
+                ranks = await r.json()
+        except (aiohttp.ClientError, ValueError) as e:
+            raise SimError(500, f"Failed to connect to bootstrap server {params['remote_bootstrap_addr']}: {e}") from e
+        entry = next((e for e in ranks.values() if e["engine_id"] == params["remote_engine_id"]), None)
+        if entry is None:
+            self.count("vllm:mooncake_num_failed_transfers")
+            raise SimError(500, f"remote engine_id {params['remote_engine_id']} not found from bootstrap server")
+        host, _, port = entry["worker_addr"]["0"]["0"].rpartition(":")
+        prefill = self.fabric.reach(host, port)
+        if prefill is None:
+            raise SimError(500, "Mooncake transfer to the prefill worker failed")
+        transfer_id = str(params["transfer_id"])
+        blocks = prefill.mooncake_sent.pop(transfer_id, None)
+        if blocks is None:
+            waiter: asyncio.Future[Blocks] = asyncio.get_running_loop().create_future()
+            prefill.mooncake_waiters[transfer_id] = waiter
+            try:
+                blocks = await asyncio.wait_for(waiter, self.push_timeout)
+            except TimeoutError:
+                prefill.mooncake_waiters.pop(transfer_id, None)
+                raise SimError(500, f"no prefill request with transfer_id {transfer_id} finished") from None
+        return min(blocks.tokens, n)
 
     # ---- MoRI-IO --------------------------------------------------------------------------------------------
     async def _moriio(

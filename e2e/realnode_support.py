@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -108,11 +109,99 @@ def load_images(*names: str) -> dict[str, str]:
 
 
 def real_pull_document(images: dict[str, str]) -> dict[str, Any]:
-    """The real-engine NIXL pull DisaggDeployment, naming the images as they were built here."""
-    document: dict[str, Any] = yaml.safe_load(REAL_PULL_SPEC.read_text())
+    """The real-engine NIXL pull DisaggDeployment behind vllm-router, naming the images as they were built here."""
+    return real_document(REAL_PULL_SPEC, images)
+
+
+def real_document(spec: Path, images: dict[str, str]) -> dict[str, Any]:
+    """A real-engine DisaggDeployment (e2e/specs/tiny-*.yaml) naming the images as they were built here: the
+    engine image, and vllm-router's when the spec asks for it. The operator's frontend needs nothing: the operator
+    runs it from its own image (the Helm chart passes that image, input-keyed, as --frontend-image)."""
+    document: dict[str, Any] = yaml.safe_load(spec.read_text())
     document["spec"]["engine"]["image"] = images["vllm-cpu"]
-    document["spec"]["frontend"]["router"]["image"] = images["router"]
+    router = document["spec"]["frontend"]["router"]
+    if router.get("implementation") == "vllm-router":
+        router["image"] = images["router"]
     return document
+
+
+@dataclass(frozen=True)
+class Served:
+    """A DisaggDeployment serving on the real node, with its endpoint (the user-facing Service's cluster IP)."""
+
+    namespace: str
+    name: str
+    endpoint: str
+
+
+@contextlib.contextmanager
+def serving(kube: KubeCluster, namespace: str, document: dict[str, Any], timeout: float) -> Iterator[Served]:
+    """Apply a DisaggDeployment into a fresh namespace, wait until Ready, yield its endpoint; afterwards print
+    every pod's log tail and delete the namespace (its engines with it)."""
+    from e2e.operator_support import wait_phase
+
+    ensure_namespace(kube, namespace)
+    name = document["metadata"]["name"]
+    kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
+    try:
+        wait_phase(kube, namespace, name, "Ready", timeout=timeout)
+        service = kube.get("service", name, "-n", namespace)
+        yield Served(namespace, name, f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}")
+    finally:
+        for pod in kube.get("pods", "-n", namespace)["items"]:
+            pod_name = pod["metadata"]["name"]
+            print(f"--- logs of {pod_name}:\n{kube.run('logs', '-n', namespace, pod_name, '--tail=40').stdout}")
+        kube.run("delete", "namespace", namespace, "--wait=true", "--timeout=180s")
+
+
+def pods_of(kube: KubeCluster, served: Served, role: str) -> list[dict[str, Any]]:
+    selector = f"disagg.dev/deployment={served.name},disagg.dev/role={role}"
+    items: list[dict[str, Any]] = kube.get("pods", "-n", served.namespace, "-l", selector)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def metrics_of(url: str) -> dict[str, float]:
+    """A Prometheus page summed per metric name, with the `source` label kept (vllm:prompt_tokens_by_source)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name
+            for label in ("source", "outcome"):
+                if label in sample.labels:
+                    key = f"{sample.name}{{{label}={sample.labels[label]}}}"
+            totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def engine_metrics(kube: KubeCluster, served: Served, role: str) -> dict[str, float]:
+    """Counters of the one engine of `role`, read from its pod's own /metrics."""
+    (pod,) = pods_of(kube, served, role)
+    return metrics_of(f"http://{pod['status']['podIP']}:8000/metrics")
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = 180.0) -> tuple[dict[str, str], bytes]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        assert response.status == 200
+        return dict(response.headers), bytes(response.read())
+
+
+def stream_chunks(raw: bytes) -> list[dict[str, Any]]:
+    lines = [line.removeprefix("data: ") for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert lines and lines[-1] == "[DONE]", f"no [DONE] at the end of the stream: {lines[-3:]}"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+PROMPT_LOCAL = "vllm:prompt_tokens_by_source_total{source=local_compute}"
+PROMPT_NIXL = "vllm:prompt_tokens_by_source_total{source=external_kv_transfer}"
+PROMPT_CACHED = "vllm:prompt_tokens_by_source_total{source=local_cache_hit}"
+GENERATED = "vllm:generation_tokens_total"
 
 
 def ensure_namespace(kube: KubeCluster, name: str, labels: dict[str, str] | None = None) -> None:

@@ -43,6 +43,9 @@ SILENT = {
     "an RDMA resource that is standard",  # rdma.count would become the memory request
     "custom decode over two nodes",
     "LMCache transfer with a Mooncake store",
+    "the pairing label set by hand",
+    "a pod-contract annotation set by hand",
+    "Mooncake client on a port of host-network engines",  # the scheduler, not the API server, keeps them apart
 }
 
 
@@ -137,9 +140,12 @@ POD_SECURITY = {
     "13-tilert-custom-decode": "baseline",
     "14-decode-context-parallel": "baseline",
     "15-qwen38-gb300-nvl72-computedomain": "baseline",
+    "16-mooncake-standalone-store": "privileged",
+    "17-pegaflow-pd": "privileged",
 }
-"""The Pod Security level each example needs, as docs/install.md states it (IPC_LOCK and hostPath volumes are
-beyond baseline; the engines run as the image's user, which restricted forbids unless it is non-root)."""
+"""The Pod Security level each example needs, as docs/install.md states it (IPC_LOCK, hostPath volumes and the
+host network or IPC namespace are beyond baseline; the engines run as the image's user, which restricted forbids
+unless it is non-root)."""
 
 
 def test_each_example_needs_the_pod_security_level_the_docs_state(kube_cluster: KubeCluster) -> None:

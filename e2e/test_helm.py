@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from disagg.cli.run import run as run_command
+from disagg.reconcile.access import leader_election_rules
 from e2e.localcluster import cluster
 from e2e.localcluster.config import BinDir
 from e2e.localcluster.testing import KubeCluster, wait_for
@@ -203,7 +204,13 @@ def test_cluster_wide_rbac_is_exactly_the_documented_rbac(helm: Helm) -> None:
     docs = helm.template()
     (role,) = by_kind(docs, "ClusterRole")
     assert role["rules"] == documented_rules()
-    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    # The only Role is leader election's, in the release namespace.
+    (election,) = by_kind(docs, "Role")
+    assert election["rules"] == leader_election_rules()
+    assert election["metadata"] == {**election["metadata"], "name": "rel-disagg-operator-leader-election"}
+    assert election["metadata"]["namespace"] == "disagg-system"
+    (election_binding,) = by_kind(docs, "RoleBinding")
+    assert election_binding["roleRef"]["name"] == election["metadata"]["name"]
     (binding,) = by_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "rel-disagg-operator", "namespace": "disagg-system"}
@@ -220,10 +227,11 @@ def test_namespace_list_rbac_is_a_role_per_namespace_plus_cluster_reads(helm: He
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
     ]
     roles = {doc["metadata"]["namespace"]: doc for doc in by_kind(docs, "Role")}
-    assert set(roles) == {"team-a", "team-b"}
+    assert set(roles) == {"team-a", "team-b", "disagg-system"}
+    assert roles.pop("disagg-system")["rules"] == leader_election_rules()  # the Lease lives with the operator
     assert all(role["rules"] == namespaced for role in roles.values())
     bindings = by_kind(docs, "RoleBinding")
-    assert {binding["metadata"]["namespace"] for binding in bindings} == {"team-a", "team-b"}
+    assert {binding["metadata"]["namespace"] for binding in bindings} == {"team-a", "team-b", "disagg-system"}
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role"
         assert binding["subjects"] == [
@@ -261,7 +269,7 @@ def test_service_monitor_pod_monitor_and_dashboard_render_only_when_enabled(helm
 
 
 BAD_VALUES = [
-    ("operator.workers=100", "at '/operator/workers': maximum: got 100, want 64"),
+    ("operator.workers=300", "at '/operator/workers': maximum: got 300, want 256"),
     ("operator.resyncSeconds=1", "at '/operator/resyncSeconds': minimum: got 1, want 5"),
     ("operator.logLevel=trace", "at '/operator/logLevel': value must be one of 'info', 'debug'"),
     ("watchNamespaces={Team_A}", "at '/watchNamespaces/0': 'Team_A' does not match pattern"),
@@ -269,7 +277,7 @@ BAD_VALUES = [
     ("image.digest=sha256:abc", "at '/image/digest': 'sha256:abc' does not match pattern"),
     ("terminationGracePeriodSeconds=5", "at '/terminationGracePeriodSeconds': minimum: got 5, want 30"),
     ("metrics.serviceMonitor.interval=30", "at '/metrics/serviceMonitor/interval': got number, want string"),
-    ("replicaCount=2", "additional properties 'replicaCount' not allowed"),
+    ("replicas=2", "additional properties 'replicas' not allowed"),
 ]
 
 
@@ -285,6 +293,10 @@ def test_the_schema_rejects_wrong_values_with_clear_messages(helm: Helm, setting
     ("values", "message"),
     [
         (["--set", "serviceAccount.create=false"], "serviceAccount.name must name an existing ServiceAccount"),
+        (
+            ["--set", "leaderElection.enabled=false"],
+            "replicaCount must be 1 when leaderElection.enabled is false",
+        ),
         (
             ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"],
             "metrics.serviceMonitor.enabled needs metrics.service.enabled",
@@ -458,9 +470,10 @@ class TestOnCluster:
         self, kube_cluster: KubeCluster, release: Release
     ) -> None:
         deployment = kube_cluster.get("deployment", release.fullname, "-n", release.namespace)
-        assert deployment["status"].get("readyReplicas") == 1
+        assert deployment["status"].get("readyReplicas") == 2  # a leader and a standby
         pods = kube_cluster.get("pods", "-n", release.namespace, "-l", f"app.kubernetes.io/instance={release.name}")
-        assert len(pods["items"]) == 1
+        assert len(pods["items"]) == 2
+        assert kube_cluster.get("pdb", release.fullname, "-n", release.namespace)["spec"]["maxUnavailable"] == 1
         assert kube_cluster.get("crd", "disaggdeployments.disagg.dev")["metadata"]["name"]
 
         # PodSecurity really checks this namespace: the chart's pod passes, a weakened copy is refused.
@@ -516,7 +529,8 @@ class TestOnCluster:
             kube_cluster.kubectl(
                 "patch", "role", release.fullname, "-n", watched, "--type=json", "-p", json.dumps(patch)
             )
-            kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=1")
+            # A pass sends only what changed (D121): a hand edit of the Service makes it apply that Service again.
+            kube_cluster.kubectl("annotate", "service", name, "-n", watched, "--overwrite", "e2e/poke=1")
 
             # Without `patch` on services the apply fails, and the status says so, naming the object and the verb.
             status = wait_phase(kube_cluster, watched, name, "Degraded", timeout=60)
@@ -525,12 +539,13 @@ class TestOnCluster:
             assert f"Service/{name}" in degraded["message"] and "403 Forbidden" in degraded["message"], degraded
             assert 'cannot patch resource "services"' in degraded["message"], degraded
 
-            # Without the Role the operator cannot even read the DisaggDeployment: the log says so, and the metric
-            # counts.
+            # Without the Role the operator can write neither the children nor the status (it reads both from its
+            # watch cache): a spec change makes it try, the log says so, and the metric counts.
             errors_before = metric_value(operator.metrics(), "disagg_reconcile_errors_total", reason="transient")
             offset = _log_size(operator)
             kube_cluster.kubectl("delete", "role", release.fullname, "-n", watched)
-            kube_cluster.kubectl("annotate", "dd", name, "-n", watched, "--overwrite", "e2e/poke=2")
+            poke = {"spec": {"prefill": {"podAnnotations": {"e2e/generation-poke": uuid.uuid4().hex[:8]}}}}
+            kube_cluster.kubectl("patch", "dd", name, "-n", watched, "--type=merge", "-p", json.dumps(poke))
             expected = f'disaggdeployments.disagg.dev "{name}" is forbidden'
 
             def logged() -> str | None:

@@ -15,8 +15,8 @@ RBAC, watching only this module's namespace) probes every pair through the front
   and none is served by a prefill and a decode of different revisions.
 
 The figures (time to Ready False and back, detection, request counts) are printed and recorded in docs/testing.md,
-"Serving check on real engines" (D109). The pairing revision is named with the pools' podLabels here, standing in
-for the planner's own hash; the frontend and the operator read only the label.
+"Serving check on real engines" (D109). The pairing revision is the planner's (plan/pairing.py, D142): the rollout
+changes spec.engine.pythonHashSeed, which both pools must agree on, and reads the new revision from status.
 
 DISAGG_E2E_FRONTEND_SOURCE=<an operator image already on the node> runs the frontend pod from this checkout's
 operator/ package mounted into that image (for the package's dependencies only), instead of building and loading
@@ -96,8 +96,6 @@ def _document(images: dict[str, str], frontend_image: str) -> dict[str, Any]:
         "check": {"mode": "Enforce", "interval": f"{INTERVAL:.0f}s", "deadline": f"{DEADLINE:.0f}s"},
         "remediation": {"action": "Recreate", "cooldown": "1m"},
     }
-    for pool in ("prefill", "decode"):
-        spec[pool]["podLabels"] = {REVISION: "r1"}
     return document
 
 
@@ -516,14 +514,34 @@ def test_a_coordinated_rollout_under_load_fails_no_request_and_never_mixes_revis
         client.start()
     time.sleep(10)
     started = time.monotonic()
-    # What both pools must agree on changes: the revision label and the engines' environment, in both pools.
-    patch = {
+    r1 = str(_status(kube, checked).get("pairingRevision") or "")
+    assert r1, "status.pairingRevision is reported"
+    # What both pools must agree on changes (the block-hash seed), and the engines' environment in both pools.
+    seed = int(
+        (kube.get("dd", checked.name, "-n", checked.namespace)["spec"].get("engine") or {}).get("pythonHashSeed", 0)
+    )
+    patch: dict[str, Any] = {
         "spec": {
-            pool: {"podLabels": {REVISION: "r2"}, "engine": {"env": [*_pool_env(kube, checked, pool), _marker()]}}
-            for pool in ("prefill", "decode")
+            "engine": {"pythonHashSeed": seed + 1},
+            **{
+                pool: {"engine": {"env": [*_pool_env(kube, checked, pool), _marker()]}}
+                for pool in ("prefill", "decode")
+            },
         }
     }
     kube.kubectl("patch", "dd", checked.name, "-n", checked.namespace, "--type", "merge", "-p", json.dumps(patch))
+    new_revision: list[str] = []
+
+    def revised() -> bool:
+        status = _status(kube, checked)
+        revision = str(status.get("pairingRevision") or "")
+        if revision and revision != r1 and status.get("observedGeneration") == _generation(kube, checked):
+            new_revision.append(revision)
+            return True
+        return False
+
+    wait_for("the new pairing revision in status", revised, timeout=60, every=1)
+    r2 = new_revision[0]
     seen_states: set[str] = set()
     waiting: list[str] = []
 
@@ -536,11 +554,11 @@ def test_a_coordinated_rollout_under_load_fails_no_request_and_never_mixes_revis
             waiting.append(str(rollout["waitingFor"]))
         pods = [p for role in ("prefill", "decode") for p in _pods(kube, checked, role)]
         return (
-            rollout.get("revision") == "r2"
+            rollout.get("revision") == r2
             and rollout.get("state") == "Complete"
             and condition(status, "Ready").get("status") == "True"
             and condition(status, "Serving").get("status") == "True"
-            and all(p["metadata"]["labels"].get(REVISION) == "r2" for p in pods)
+            and all(p["metadata"]["labels"].get(REVISION) == r2 for p in pods)
             and len(pods) == 2
         )
 
@@ -567,10 +585,14 @@ def test_a_coordinated_rollout_under_load_fails_no_request_and_never_mixes_revis
     assert load.failed == [], load.failed[:5]
     assert load.completed == load.sent
     assert mismatched == [], mismatched[:5]
-    assert served_by == ["r1", "r2"], served_by  # both revisions served, one after the other
+    assert served_by == sorted([r1, r2]), served_by  # both revisions served, one after the other
     assert "RollingOut" in seen_states and waiting
     # The load's last requests went to the new revision only.
-    assert all(p[2] == "r2" for p in load.pairs[-4:]), load.pairs[-4:]
+    assert all(p[2] == r2 for p in load.pairs[-4:]), load.pairs[-4:]
+
+
+def _generation(kube: KubeCluster, checked: Checked) -> int:
+    return int(kube.get("dd", checked.name, "-n", checked.namespace)["metadata"]["generation"])
 
 
 def _pool_env(kube: KubeCluster, checked: Checked, pool: str) -> list[dict[str, Any]]:

@@ -59,6 +59,9 @@ def all_images() -> tuple[ImageSpec, ...]:
         ImageSpec("router", router_repository, router_tag, "images/vllm-router/Dockerfile", "images/vllm-router"),
         ImageSpec("vllm-sim", "disagg-vllm-sim", "e2e", "images/vllm-sim/Dockerfile", "."),
         ImageSpec("vllm-cpu", "ghcr.io/disagg-dev/vllm-cpu", "0.32.0", "images/vllm-cpu/Dockerfile", "images/vllm-cpu"),
+        ImageSpec(
+            "mooncake", "ghcr.io/disagg-dev/mooncake", "0.3.13.post1", "images/mooncake/Dockerfile", "images/mooncake"
+        ),
     )
 
 

@@ -23,8 +23,9 @@ SHORT_NAMES = ("dd", "disagg")
 
 PoolName = Literal["prefill", "decode"]
 POOLS: tuple[PoolName, PoolName] = ("prefill", "decode")
-Role = Literal["prefill", "decode", "router", "render", "kv-store"]
-"""The role of a child: one of the pools, the router, the GPU-less render tier or the KV store."""
+Role = Literal["prefill", "decode", "router", "render", "kv-store", "kv-node"]
+"""The role of a child: one of the pools, the router, the GPU-less render tier, the KV store, or the KV daemons that
+run on every engine node (a standalone Mooncake client, a PegaFlow server)."""
 
 # -- labels, annotations and environment variables other programs read ---------------------------------------
 
@@ -63,6 +64,7 @@ _APP_NAME: dict[Role, str] = {
     "router": "vllm-router",
     "render": "vllm-render",
     "kv-store": "kv-store",
+    "kv-node": "kv-node",
 }
 
 # -- child names and selectors ----------------------------------------------------------------------------------
@@ -85,7 +87,7 @@ def kv_config_name(deployment: str) -> str:
 
 def child_names(deployment: str) -> tuple[str, ...]:
     """Every name a child of `deployment` can take: its own (the user-facing Service) and the suffixed ones."""
-    roles: tuple[Role, ...] = ("prefill", "decode", "router", "render", "kv-store")
+    roles: tuple[Role, ...] = ("prefill", "decode", "router", "render", "kv-store", "kv-node")
     return (
         deployment,
         *(child_name(deployment, role) for role in roles),
@@ -164,6 +166,7 @@ ROLE_BINDING = Kind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings
 CONFIG_MAP = Kind("ConfigMap", "v1", "configmaps")
 SERVICE = Kind("Service", "v1", "services")
 DEPLOYMENT = Kind("Deployment", "apps/v1", "deployments")
+DAEMON_SET = Kind("DaemonSet", "apps/v1", "daemonsets")
 LEADER_WORKER_SET = Kind(
     "LeaderWorkerSet",
     "leaderworkerset.x-k8s.io/v1",
@@ -175,6 +178,8 @@ POD = Kind("Pod", "v1", "pods")
 REPLICA_SET = Kind("ReplicaSet", "apps/v1", "replicasets")
 """Read only: where a rollback finds the pod template of the revision it goes back to."""
 EVENT = Kind("Event", "v1", "events")
+LEASE = Kind("Lease", "coordination.k8s.io/v1", "leases")
+"""The leader-election lock of the operator's replicas (in the operator's own namespace, never a user's)."""
 DISAGG_DEPLOYMENT = Kind(KIND, API_VERSION, PLURAL)
 
 CHILD_KINDS: tuple[Kind, ...] = (
@@ -184,10 +189,17 @@ CHILD_KINDS: tuple[Kind, ...] = (
     CONFIG_MAP,
     SERVICE,
     DEPLOYMENT,
+    DAEMON_SET,
     LEADER_WORKER_SET,
 )
 """Every kind the operator creates, in apply order (identities and configuration before the pods that use them).
 Only these are watched, listed and ever pruned."""
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, REPLICA_SET, EVENT, DISAGG_DEPLOYMENT)}
+FIRST_WAVE: frozenset[str] = frozenset({SERVICE_ACCOUNT.name, ROLE.name, CONFIG_MAP.name, SERVICE.name})
+"""Children that others name, applied (concurrently) before every other child, which then go concurrently: pods
+name their ServiceAccount and ConfigMaps (a pod naming a missing ServiceAccount is refused, so its workload backs
+off), and RBAC refuses a RoleBinding whose Role does not exist yet (its escalation check reads the Role). A kind
+not listed, including one added later, waits for these."""
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, REPLICA_SET, EVENT, LEASE, DISAGG_DEPLOYMENT)}
 """Every kind the operator reads or writes, by name."""

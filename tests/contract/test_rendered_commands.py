@@ -1,4 +1,8 @@
-"""Every rendered vLLM and vllm-router command line is accepted by the real parsers, exactly as written."""
+"""Every rendered vLLM and vllm-router command line is accepted by the real parsers, exactly as written.
+
+The examples get the operator's frontend (its arguments are checked against its own CLI in the unit tier,
+tests/unit/plan/test_frontend_plan.py); vllm-router's arguments are checked for every example whose flow it can
+drive, rendered with `implementation: vllm-router`."""
 
 from __future__ import annotations
 
@@ -7,9 +11,27 @@ from typing import Any
 
 import pytest
 
+from disagg.api.documents import load_documents
+from disagg.api.validate import validate_deployment
+from disagg.plan import DeploymentPlan, build_plan
 from tests.conftest import EXAMPLES
 from tests.contract.conftest import run_checker
-from tests.support.rendering import planned
+from tests.support.rendering import NAMESPACE, planned
+
+
+def _with_vllm_router(path: Path) -> DeploymentPlan | None:
+    """The example with vllm-router as its router, or None when vllm-router cannot drive its flow."""
+    document = load_documents(path.read_text())[0].content
+    frontend = document["spec"].setdefault("frontend", {})
+    frontend["router"] = {**(frontend.get("router") or {}), "implementation": "vllm-router"}
+    result = validate_deployment(document)
+    if result.deployment is None:
+        return None
+    plan = build_plan(result.deployment, NAMESPACE)
+    return plan if plan.router_argv else None
+
+
+ROUTED = {path.stem: plan for path in EXAMPLES if (plan := _with_vllm_router(path)) is not None}
 
 
 def _vllm_items() -> list[dict[str, Any]]:
@@ -42,7 +64,7 @@ def vllm_results() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def router_results() -> dict[str, dict[str, Any]]:
-    items = [{"id": path.stem, "argv": planned(path).router_argv} for path in EXAMPLES if planned(path).router_argv]
+    items = [{"id": stem, "argv": plan.router_argv} for stem, plan in ROUTED.items()]
     return run_checker("router_argcheck.py", items)
 
 
@@ -93,9 +115,14 @@ def test_the_vllm_checker_rejects_a_bad_flag() -> None:
     assert not results["abbrev"]["ok"] and not results["removed-key"]["ok"]
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if planned(p).router_argv], ids=lambda p: p.stem)
-def test_vllm_router_parses_the_rendered_arguments(path: Path, router_results: dict[str, dict[str, Any]]) -> None:
-    result = router_results[path.stem]
+def test_vllm_router_variants_cover_the_flows_it_drives() -> None:
+    assert {"01-minimal", "06-mooncake-store-agentic", "08-lmcache-shared-server"} <= set(ROUTED)
+    assert not {"03-nixl-push-tp8-efa", "04-nixl-bidirectional-multiturn", "12-render-tier-tokens-only"} & set(ROUTED)
+
+
+@pytest.mark.parametrize("stem", sorted(ROUTED))
+def test_vllm_router_parses_the_rendered_arguments(stem: str, router_results: dict[str, dict[str, Any]]) -> None:
+    result = router_results[stem]
     assert result["ok"], result["error"]
     assert result["warnings"] == []
     parsed = result["parsed"]

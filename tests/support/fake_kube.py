@@ -17,9 +17,15 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
   metadata and status, for the kinds that have one), creationTimestamp; status is written only through /status;
 - update by another client (`update`), e.g. `kubectl edit`, an HPA or a controller: it takes the fields it
   changes (operation Update), without conflicts, as the real server does;
-- GET, list with label selectors (=, ==, !=, existence); merge patches of /status, and strategic merge patches
-  of a pod's /status (conditions merged by type, a metadata.uid precondition: 409 on mismatch); Events with
-  generateName;
+- GET, list with label selectors (=, ==, !=, existence), in one namespace or all of them; merge patches of
+  /status, and strategic merge patches of a pod's /status (conditions merged by type, a metadata.uid precondition:
+  409 on mismatch); Events with generateName; PUT with a resourceVersion precondition (409 when it is stale), as
+  Leases use;
+- watches (`watch`, the Transport's streaming call) from a resource version: every change after it in order, as
+  ADDED/MODIFIED/DELETED with the object as stored then; a change that makes an object match the label selector
+  is ADDED and one that makes it stop matching is DELETED, as kube-apiserver's watch cache does; a BOOKMARK with
+  the current version whenever the stream has caught up; the stream ends after `timeoutSeconds`; a version older
+  than the last `compact` gets a 410 ERROR event (the real server's "too old resource version");
 - DELETE with a UID precondition (409 on mismatch), finalizers (deletionTimestamp), and garbage collection of
   dependents whose owners are all gone (at once, where the real collector takes a moment);
 - errors as Status objects: 404 for missing objects and namespaces and for an unknown resource or version of a
@@ -29,15 +35,17 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
   or changes, a Service clusterIP that changes); 403 for new objects in a terminating namespace;
 - fault injection (`fail`) for answers the fake has no reason to give by itself (500s, 429s, 403s).
 
-Not modelled: watches, admission webhooks, RBAC, defaults beyond the replica count and a Service's cluster IP.
+Not modelled: admission webhooks and policies, RBAC, pagination (a list's `limit` is ignored: one page),
+defaults beyond the replica count and a Service's cluster IP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +249,17 @@ class Request:
     query: dict[str, str]
 
 
+@dataclass(frozen=True)
+class _Change:
+    version: int
+    kind: str
+    namespace: str
+    type: str
+    obj: dict[str, Any]
+    labels_before: dict[str, str] | None
+    """The object's labels before a modification (None for ADDED and DELETED)."""
+
+
 class FakeApiServer:
     """State of one fake cluster; also the Transport that `Kube(FakeApiServer())` sends its requests through."""
 
@@ -252,6 +271,9 @@ class FakeApiServer:
         self._version = 0
         self._uids = 0
         self._ips = 0
+        self._changes: list[_Change] = []
+        self._compacted = 0
+        self._wakeup = asyncio.Event()
         self.requests: list[Request] = []
 
     # -- Transport ----------------------------------------------------------------------------------------------
@@ -273,6 +295,56 @@ class FakeApiServer:
         except PageNotFound:
             return Response(404, "Not Found", b"404 page not found\n")
         return Response(200, "OK", json.dumps(result).encode())
+
+    async def watch(self, path: str, query: list[tuple[str, str]]) -> AsyncIterator[dict[str, Any]]:
+        params = dict(query)
+        self.requests.append(Request("GET", path, params))
+        try:
+            kind, namespace, name, _ = self._route(path)
+            if name is not None or params.get("watch") not in ("1", "true"):
+                raise ApiError(400, "BadRequest", "the fake watches collections only")
+        except ApiError as exc:
+            raise KubeError(exc.status, exc.reason, exc.message) from None
+        except PageNotFound:
+            raise KubeError(404, "Not Found", "404 page not found") from None
+        since = int(params.get("resourceVersion") or self._version)
+        matches = _selector(params.get("labelSelector", ""))
+        bookmarks = params.get("allowWatchBookmarks") == "true"
+        deadline = asyncio.get_running_loop().time() + float(params.get("timeoutSeconds") or 1800)
+        if since < self._compacted:
+            message = f"too old resource version: {since} ({self._compacted})"
+            yield {
+                "type": "ERROR",
+                "object": {"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired", "message": message},
+            }
+            return
+        while True:
+            for change in [c for c in self._changes if c.version > since]:
+                since = change.version
+                if change.kind != kind.name or (namespace is not None and change.namespace != namespace):
+                    continue
+                event = _seen_through(change, matches)
+                if event is not None:
+                    yield {"type": event, "object": copy.deepcopy(change.obj)}
+            since = max(since, self._version)
+            if bookmarks:
+                yield {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": kind.name,
+                        "apiVersion": kind.api_version,
+                        "metadata": {"resourceVersion": str(since)},
+                    },
+                }
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            wakeup = self._wakeup
+            try:
+                async with asyncio.timeout(remaining):
+                    await wakeup.wait()
+            except TimeoutError:
+                return
 
     async def close(self) -> None:
         return None
@@ -374,6 +446,12 @@ class FakeApiServer:
         """Every successful write bumps the one resourceVersion counter."""
         return self._version
 
+    def compact(self) -> None:
+        """Forget the history: a watch from any version before now is answered with 410, as after etcd's
+        compaction."""
+        self._compacted = self._version
+        self._changes.clear()
+
     # -- routing ------------------------------------------------------------------------------------------------
 
     def _route(self, path: str) -> tuple[Kind, str | None, str | None, str | None]:
@@ -418,10 +496,10 @@ class FakeApiServer:
         body: Any,
         content_type: str,
     ) -> Any:
-        if namespace is None:
-            raise ApiError(405, "MethodNotAllowed", "the fake serves namespaced resources only")
         if method == "GET" and name is None:
             return self._list(kind, namespace, params.get("labelSelector", ""))
+        if namespace is None:
+            raise ApiError(405, "MethodNotAllowed", "the fake serves namespaced resources only")
         if name is None:
             if method == "POST":
                 return self._post(kind, namespace, body, params.get("fieldManager", "unknown"))
@@ -442,11 +520,11 @@ class FakeApiServer:
 
     # -- the operations -----------------------------------------------------------------------------------------
 
-    def _list(self, kind: Kind, namespace: str, selector: str) -> dict[str, Any]:
+    def _list(self, kind: Kind, namespace: str | None, selector: str) -> dict[str, Any]:
         matches = _selector(selector)
         items = []
         for (k, ns, _), entry in sorted(self._entries.items()):
-            if k == kind.name and ns == namespace and matches(entry.obj["metadata"].get("labels") or {}):
+            if k == kind.name and namespace in (None, ns) and matches(entry.obj["metadata"].get("labels") or {}):
                 item = copy.deepcopy(entry.obj)
                 item.pop("kind", None)  # list items come without kind and apiVersion, as from the real server
                 item.pop("apiVersion", None)
@@ -603,8 +681,10 @@ class FakeApiServer:
                 entry.obj["metadata"]["deletionTimestamp"] = NOW
                 self._commit(kind, namespace, name, entry, before)
             return copy.deepcopy(entry.obj)
-        del self._entries[(kind.name, namespace, name)]
+        gone = self._entries.pop((kind.name, namespace, name)).obj
         self._version += 1
+        gone["metadata"]["resourceVersion"] = str(self._version)
+        self._record(_Change(self._version, kind.name, namespace, "DELETED", gone, None))
         if not collecting:
             self._collect_garbage()
         return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
@@ -748,6 +828,14 @@ class FakeApiServer:
         self._version += 1
         entry.obj["metadata"]["resourceVersion"] = str(self._version)
         self._entries[(kind.name, namespace, name)] = entry
+        before_labels = None if before is None else dict(before["metadata"].get("labels") or {})
+        change = "ADDED" if before is None else "MODIFIED"
+        self._record(_Change(self._version, kind.name, namespace, change, copy.deepcopy(entry.obj), before_labels))
+
+    def _record(self, change: _Change) -> None:
+        self._changes.append(change)
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
 
     def _collect_garbage(self) -> None:
         while True:
@@ -763,6 +851,19 @@ class FakeApiServer:
                 return
             for kind_name, namespace, name in orphans:
                 self._delete(self._served.get(kind_name) or KINDS[kind_name], namespace, name, {}, collecting=True)
+
+
+def _seen_through(change: _Change, matches: Callable[[dict[str, str]], bool]) -> str | None:
+    """The event a watch with a label selector sends for a change, if any."""
+    now = matches(change.obj["metadata"].get("labels") or {})
+    if change.type != "MODIFIED":
+        return change.type if now else None
+    before = matches(change.labels_before or {})
+    if now and before:
+        return "MODIFIED"
+    if now:
+        return "ADDED"
+    return "DELETED" if before else None
 
 
 def _kept(obj: dict[str, Any]) -> list[str]:

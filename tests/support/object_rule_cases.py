@@ -51,6 +51,7 @@ OPERATORS_FRONTEND = set_at(
 """The operator's own frontend (known by its admin port): with the check enforcing, engine pods get the serving
 readiness gate and the gated rollout defaults (D102, D103)."""
 ENV = "spec.engine.env"
+PEGAFLOW = {"image": "example.com/pegaflow:0.4"}
 
 # (change, the path the problem names, a base other than MINIMAL)
 CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
@@ -106,15 +107,43 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         None,
     ),
     "router port equals metrics port": (
-        set_at("spec.frontend.router", {"port": 9000, "metricsPort": 9000}),
+        set_at("spec.frontend.router", {"implementation": "vllm-router", "port": 9000, "metricsPort": 9000}),
         "spec.frontend.router.metricsPort",
         None,
     ),
     "MoRI-IO registration port equals router port": (
         all_of(
-            set_at("spec.transfer", {"connector": "moriio", "moriio": {"proxyPingPort": 8000}}),
+            set_at("spec.transfer", {"connector": "moriio", "moriio": {"mode": "read", "proxyPingPort": 8000}}),
+            set_at("spec.frontend.router.implementation", "vllm-router"),
         ),
         "spec.transfer.moriio.proxyPingPort",
+        None,
+    ),
+    "frontend admin port equals its API port": (
+        set_at("spec.frontend.router", {"port": 8100, "adminPort": 8100}),
+        "spec.frontend.router.adminPort",
+        None,
+    ),
+    "Mooncake client RPC and segment on one node port": (
+        set_at(
+            "spec.kvCache.store", {"type": "mooncake", "mooncake": {"mode": "standalone", "client": {"port": 50053}}}
+        ),
+        "spec.kvCache.store.mooncake.client.segmentPort",
+        None,
+    ),
+    "PegaFlow server gRPC and HTTP on one node port": (
+        set_at("spec.kvCache.store", {"type": "pegaflow", "pegaflow": {"server": {**PEGAFLOW, "httpPort": 50055}}}),
+        "spec.kvCache.store.pegaflow.server.httpPort",
+        None,
+    ),
+    "Mooncake client on a port of host-network engines": (
+        all_of(
+            set_at(
+                "spec.kvCache.store", {"type": "mooncake", "mooncake": {"mode": "standalone", "client": {"port": 8000}}}
+            ),
+            set_at("spec.transfer.network.hostNetwork", True),
+        ),
+        "spec.kvCache.store.mooncake.client.port",
         None,
     ),
     "Mooncake master and metrics on one port": (
@@ -143,6 +172,16 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         CUSTOM,
     ),
     # labels and annotations
+    "the pairing label set by hand": (
+        set_at("spec.decode.podLabels", {"disagg.dev/pairing-revision": "abc"}),
+        "spec.decode.podLabels.disagg.dev/pairing-revision",
+        None,
+    ),
+    "a pod-contract annotation set by hand": (
+        set_at("spec.prefill.podAnnotations", {"disagg.dev/kv-tp-size": "8"}),
+        "spec.prefill.podAnnotations.disagg.dev/kv-tp-size",
+        None,
+    ),
     "pod label key with a space": (
         set_at("spec.prefill.podLabels", {"team a": "x"}),
         "spec.prefill.podLabels.team a",
@@ -223,6 +262,11 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         "spec.decode.customContainer.env[0]",
         CUSTOM,
     ),
+    "a custom engine POD_NAME, which engine ids derive from": (
+        set_at("spec.decode.customContainer.env", [{"name": "POD_NAME", "value": "x"}]),
+        "spec.decode.customContainer.env[0]",
+        CUSTOM,
+    ),
     "a router env the operator sets": (
         set_at("spec.frontend.router.env", [{"name": "POD_NAMESPACE", "value": "x"}]),
         "spec.frontend.router.env[0]",
@@ -290,6 +334,14 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         "spec.frontend.router.resources.limits.example.com/nic",
         None,
     ),
+    "PegaFlow huge-page pool not a multiple of the page size": (
+        set_at(
+            "spec.kvCache.store",
+            {"type": "pegaflow", "pegaflow": {"server": {**PEGAFLOW, "hugepages": True, "poolSize": "3Mi"}}},
+        ),
+        "spec.kvCache.store.pegaflow.server.poolSize",
+        None,
+    ),
     "render huge pages without cpu or memory": (
         set_at(
             "spec.frontend.render",
@@ -320,6 +372,22 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         None,
     ),
     # mounts and paths
+    "Mooncake client SSD path with ..": (
+        set_at(
+            "spec.kvCache.store",
+            {"type": "mooncake", "mooncake": {"mode": "standalone", "client": {"offload": {"path": "/mnt/../etc"}}}},
+        ),
+        "spec.kvCache.store.mooncake.client.offload.path",
+        None,
+    ),
+    "PegaFlow SSD cache path with ..": (
+        set_at(
+            "spec.kvCache.store",
+            {"type": "pegaflow", "pegaflow": {"server": {**PEGAFLOW, "ssdCache": {"path": "/mnt/../etc"}}}},
+        ),
+        "spec.kvCache.store.pegaflow.server.ssdCache.path",
+        None,
+    ),
     "disk tier on the model's path": (
         set_at("spec.kvCache", {"cpu": {"size": "8Gi"}, "disk": {"mountPath": "/models"}}),
         "spec.kvCache.disk.mountPath",

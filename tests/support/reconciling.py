@@ -1,7 +1,9 @@
-"""Brief setup for the in-process reconciler tier: a fake cluster, the real reconciler, and controllers' moves."""
+"""Brief setup for the in-process reconciler tier: a fake cluster, the real reconciler reading it through the real
+informers and cache, and controllers' moves."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,10 +12,56 @@ from typing import Any
 
 import yaml
 
-from disagg.names import CHILD_KINDS, KIND, LABEL_DEPLOYMENT
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KIND, LABEL_DEPLOYMENT
+from disagg.reconcile.cache import Cache, OwnerKey
+from disagg.reconcile.informer import Informer
 from disagg.reconcile.kube import Kube
+from disagg.reconcile.operator import OBSERVED, OWNED_SELECTOR
 from disagg.reconcile.reconciler import Reconciler
+from disagg.reconcile.workqueue import Key
 from tests.support.fake_kube import FakeApiServer
+
+
+class Watching:
+    """The operator's informers over a fake cluster, started on first use; `caught_up` waits until the cache has
+    seen every write the fake has made (each watch sends a bookmark at the fake's current version when idle)."""
+
+    def __init__(self, server: FakeApiServer, cache: Cache, on_change: Callable[[OwnerKey], None]) -> None:
+        self.server = server
+        kube = Kube(server)
+        self.informers = [Informer(kube, cache, DISAGG_DEPLOYMENT, None, "", on_change)] + [
+            Informer(kube, cache, kind, None, OWNED_SELECTOR, on_change, optional=kind in OBSERVED)
+            for kind in (*CHILD_KINDS, *OBSERVED)
+        ]
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def caught_up(self) -> None:
+        if not self.tasks:
+            self.tasks = [asyncio.create_task(informer.run()) for informer in self.informers]
+        wanted = self.server.writes
+        async with asyncio.timeout(10):
+            while any(
+                not informer.synced.is_set()
+                or (not (informer.missing or informer.refused) and int(informer.version or 0) < wanted)
+                for informer in self.informers
+            ):
+                await asyncio.sleep(0)
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
+class SyncedReconciler(Reconciler):
+    """The real Reconciler, whose watch cache catches up with the fake cluster before every pass (in production
+    the informers run all the time; here the test decides when the cluster has changed)."""
+
+    watching: Watching
+
+    async def reconcile(self, key: Key) -> str:
+        await self.watching.caught_up()
+        return await super().reconcile(key)
+
 
 NAMESPACE = "ns"
 NOW = "2026-01-01T00:00:00Z"
@@ -93,12 +141,22 @@ def deployment_document(text_or_path: str | Path, name: str | None = None) -> di
     return document
 
 
+def reconciler_for(
+    server: FakeApiServer, instance: str = "test-instance", kube: Kube | None = None, **options: Any
+) -> SyncedReconciler:
+    """The real reconciler and its cache, fed by the real informers watching the fake cluster. `options`: more
+    Reconciler arguments (e.g. the serving checker)."""
+    cache = Cache()
+    reconciler = SyncedReconciler(kube or Kube(server), cache, instance=instance, clock=lambda: NOW, **options)
+    reconciler.watching = Watching(server, cache, lambda _owner: None)
+    return reconciler
+
+
 def harness(document: dict[str, Any], server: FakeApiServer | None = None) -> Harness:
     """A fake cluster holding `document` (created as a user would), and a reconciler for it."""
     server = server or FakeApiServer(namespaces=(NAMESPACE,))
     created = server.create(copy.deepcopy(document), manager="kubectl-client-side-apply")
-    reconciler = Reconciler(Kube(server), instance="test-instance", clock=lambda: NOW)
-    return Harness(server, reconciler, created["metadata"]["name"])
+    return Harness(server, reconciler_for(server), created["metadata"]["name"])
 
 
 MINIMAL = """

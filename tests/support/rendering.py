@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,3 +55,43 @@ def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {var["name"]: var.get("value", var.get("valueFrom")) for var in container.get("env", [])}
+
+
+def router_selectors(plan: DeploymentPlan) -> dict[str, dict[str, str]]:
+    """The engine pods each router finds: vllm-router's `--<role>-selector k=v k=v ...` or the frontend's
+    repeated `--<role>-selector k=v`."""
+    selectors: dict[str, dict[str, str]] = {}
+    if plan.frontend_argv is not None:
+        argv = plan.frontend_argv
+        for flag, value in itertools.pairwise(argv):
+            if flag.endswith("-selector") and flag.startswith("--"):
+                role = flag.removeprefix("--").removesuffix("-selector")
+                key, _, label = value.partition("=")
+                selectors.setdefault(role, {})[key] = label
+        return selectors
+    assert plan.router_argv is not None, "no router"
+    argv = plan.router_argv
+    for role in ("prefill", "decode"):
+        start = argv.index(f"--{role}-selector") + 1
+        items = []
+        for token in argv[start:]:
+            if token.startswith("--"):
+                break
+            items.append(token)
+        selectors[role] = dict(item.split("=", 1) for item in items)
+    return selectors
+
+
+def with_spec(path: Path, **changes: Any) -> DisaggDeployment:
+    """An example with top-level spec blocks merged (one level deep), e.g. frontend={"router": {...}}."""
+    document = load_documents(path.read_text())[0].content
+    for key, value in changes.items():
+        block = document["spec"].setdefault(key, {})
+        for inner, setting in value.items():
+            if isinstance(setting, dict) and isinstance(block.get(inner), dict):
+                block[inner] = {**block[inner], **setting}
+            else:
+                block[inner] = setting
+    result = validate_deployment(document)
+    assert result.deployment is not None, result.problems
+    return result.deployment

@@ -18,10 +18,9 @@ from disagg.health.verdict import Outcome
 from disagg.names import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY, SERVING_GATE
 from disagg.reconcile.kube import Kube
 from disagg.reconcile.prober import PairRef, ProbeError
-from disagg.reconcile.reconciler import Reconciler
 from disagg.reconcile.serving import ServingChecker
 from tests.support.fake_kube import FakeApiServer
-from tests.support.reconciling import NAMESPACE, NOW, Harness
+from tests.support.reconciling import NAMESPACE, NOW, Harness, reconciler_for
 
 Behaviour = Callable[[str, str], bool | str]
 """(prefill pod, decode pod) -> True (passes), False or an error text (fails)."""
@@ -128,7 +127,7 @@ def checked_harness(
     clock = Clock()
     kube = Kube(server)
     checker = ServingChecker(kube, fake, wall_clock=clock)
-    reconciler = Reconciler(kube, instance="test-instance", clock=lambda: NOW, serving=checker)
+    reconciler = reconciler_for(server, kube=kube, serving=checker)
     return Harness(server, reconciler, name), fake, clock
 
 

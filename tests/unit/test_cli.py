@@ -112,7 +112,10 @@ def test_render_refuses_an_invalid_spec_with_its_problems() -> None:
 def test_plan_explains_the_commands() -> None:
     result = CliRunner().invoke(cli, ["plan", "-f", str(EXAMPLES[0])])
     assert result.exit_code == 0
-    assert "prefill: vllm serve Qwen/Qwen3-32B" in result.output and "router: vllm-router" in result.output
+    assert (
+        "prefill: vllm serve Qwen/Qwen3-32B" in result.output and "router: disagg frontend --flow pull" in result.output
+    )
+    assert "pairing revision: " in result.output
     # examples/01-minimal.yaml: prefill 2, decode 1
     assert "Deployment qwen3-32b-prefill: 2 replicas\n" in result.output
     assert "Deployment qwen3-32b-decode: 1 replica\n" in result.output

@@ -57,21 +57,21 @@ app.kubernetes.io/part-of: disagg-operator
 {{/*
 RBAC rules for what the operator does inside a watched namespace, as derived from its calls in
 operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps these, in this order, equal to it):
-- its own resource: get (the pass reads it), list/watch (kopf), patch status; update finalizers because children's
-  ownerReferences set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows only to those who may
-  update the owner's finalizers;
-- every child kind: server-side apply (create + patch), list (the pass) and watch (kopf), delete to prune, get to
-  claim a desired child the list did not return (a name taken by an object that is not ours is never written) and
-  to read a workload before a replicas hand-over;
-- pods: list (diagnostics, the scaler's metrics, the serving check) and get/watch because the router's Role grants
-  them (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate remediation);
-  pods/status: patch (the serving readiness gate); replicasets: list (which pods are our workloads', rolling a stuck
-  rollout back); events: create.
+- its own resource: list/watch (kopf; the pass reads it from the cache), patch status; update finalizers because
+  children's ownerReferences set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement allows only to those
+  who may update the owner's finalizers;
+- every child kind: server-side apply (create + patch), list/watch (the informers that fill the cache), delete to
+  prune, get to claim a desired child the cache does not hold as ours (a name taken by an object that is not ours is
+  never written) and to read a workload before a replicas hand-over;
+- pods: list/watch (the informer: diagnostics, the scaler's metrics, the serving check) and get because the router's
+  Role grants it (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate
+  remediation); pods/status: patch (the serving readiness gate); replicasets: list/watch (the informer: which pods
+  are our workloads', rolling a stuck rollout back); events: create.
 */}}
 {{- define "disagg-operator.namespacedRules" -}}
 - apiGroups: [disagg.dev]
   resources: [disaggdeployments]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [disagg.dev]
   resources: [disaggdeployments/status]
   verbs: [patch]
@@ -82,7 +82,7 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   resources: [roles, rolebindings]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [apps]
-  resources: [deployments]
+  resources: [deployments, daemonsets]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
@@ -95,13 +95,26 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   verbs: [patch]
 - apiGroups: [apps]
   resources: [replicasets]
-  verbs: [list]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
 - apiGroups: [disagg.dev]
   resources: [disaggdeployments/finalizers]
   verbs: [update]
+{{- end }}
+
+{{/*
+Leader election, in the release namespace only (a Role in every mode; reconcile/access.py LEADER_ELECTION): the
+Lease (get, create, update) and the Event recording each handover on it.
+*/}}
+{{- define "disagg-operator.leaderElectionRules" -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
 {{- end }}
 
 {{/*

@@ -100,6 +100,15 @@ SPEC_CEL_RULES = (
         field_path=".model.family",
     ),
     CelRule(
+        rule="!(self.frontend.router.implementation == 'vllm-router' && !has(self.frontend.router.customContainer) "
+        "&& (self.transfer.connector == 'nixl-push' || (self.transfer.connector == 'nixl' && has(self.transfer.nixl) "
+        "&& self.transfer.nixl.bidirectional.enabled) || (self.transfer.connector == 'moriio' && "
+        "(!has(self.transfer.moriio) || self.transfer.moriio.mode == 'write')) || self.frontend.render.enabled))",
+        message="vllm-router 0.1.17 cannot drive NIXL push, bidirectional multi-turn, MoRI-IO write or the render "
+        "tier: remove spec.frontend.router.implementation (the operator's frontend, disagg-frontend, drives them)",
+        field_path=".frontend.router.implementation",
+    ),
+    CelRule(
         rule="!(self.model.family == 'hybrid-ssm' && self.transfer.connector == 'lmcache')",
         message="hybrid SSM models need the hybrid KV cache manager, which LMCache does not support: use connector "
         "nixl, mooncake or moriio",

@@ -8,7 +8,9 @@ from pydantic import Field
 
 from .base import ApiModel
 from .cel import CelRule, at_most_one_of, with_cel
+from .frontend import PodPlacement
 from .types import Image, ObjectName, Port, Quantity
+from .units import parse_quantity
 
 PoolRole = Literal["prefill", "decode"]
 PoolList = Annotated[list[PoolRole], Field(min_length=1, max_length=2)]
@@ -70,11 +72,78 @@ class DiskTier(ApiModel):
     pools: PoolList = Field(default_factory=_both_pools, description="Pools that get the tier.")
 
 
-class MooncakeStore(ApiModel):
-    """A Mooncake distributed KV pool: a master (Deployment + Service) and engines that contribute memory."""
+AbsolutePath = Annotated[str, Field(min_length=2, max_length=1024, pattern=r"^/")]
+NicName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
-    global_segment_size: Quantity = Field(
-        default="4Gi", description="Memory each engine contributes to the pool (global_segment_size)."
+
+class SsdCache(ApiModel):
+    """A directory on the node's local SSD (a hostPath), for a per-node daemon's disk tier."""
+
+    path: AbsolutePath = Field(description="Directory on the node (created when missing), e.g. /mnt/nvme/kv.")
+    size: Quantity | None = Field(default=None, description="How much of it the daemon may fill.")
+
+
+class MooncakeClient(ApiModel):
+    """The per-node owner of a standalone Mooncake store (mode standalone, as in the AgentX post): a
+    `mooncake_client` DaemonSet `<name>-kv-node` that holds the node's CPU pool and SSD tier, while engines are
+    pure requesters that put into and get from it. Host access: the client runs on the host network (its segment
+    is named `<node IP>:<segmentPort>`, which engines on the node set as MOONCAKE_PREFERRED_SEGMENT, and its
+    transfer engine listens on ports of the node), with IPC_LOCK to pin the pool, and the SSD tier is a hostPath: its
+    namespace must allow privileged pods (Pod Security level privileged)."""
+
+    segment_size: Quantity = Field(
+        default="16Gi",
+        description="Host memory the client contributes to the pool (its --global_segment_size); the pod's memory "
+        "request and limit are this plus 1Gi, and plus the SSD tier's 1280Mi staging buffer with offload.",
+    )
+    port: Port = Field(default=50052, description="RPC port of the client's service on the node (--port).")
+    segment_port: Port = Field(
+        default=50053,
+        description="Port of the client's transfer engine on the node: its segment is named <node IP>:<segmentPort> "
+        "(--host=<node IP>:<segmentPort>), the name engines on the node put into (MOONCAKE_PREFERRED_SEGMENT). "
+        "Without it Mooncake picks a random port and no engine could name the segment.",
+    )
+    offload: SsdCache | None = Field(
+        default=None,
+        description="SSD tier behind the client's memory (--enable_offload with MOONCAKE_OFFLOAD_FILE_STORAGE_PATH); "
+        "the master and the engines get enable_offload too.",
+    )
+    image: Image | None = Field(
+        default=None, description="Image with mooncake_client (pip mooncake-transfer-engine). Default: masterImage."
+    )
+    placement: PodPlacement = Field(
+        default_factory=PodPlacement,
+        description="Nodes the client runs on. Default: the nodes the pools that use the store select, with their "
+        "tolerations.",
+    )
+
+
+class MooncakeStore(ApiModel):
+    """A Mooncake distributed KV pool: a master (Deployment + Service) and engines that contribute memory
+    (mode embedded), or a per-node client that owns the pool while engines only request (mode standalone)."""
+
+    mode: Literal["embedded", "standalone"] = Field(
+        default="embedded",
+        description="embedded: every engine contributes globalSegmentSize to the pool in-process. standalone: a "
+        "mooncake_client per node (client) owns the pool and the SSD tier; engines contribute nothing (vLLM's "
+        "standalone-store mode) and put into the client on their node.",
+    )
+    # No schema defaults for client and globalSegmentSize: the API server would fill both into every store, and
+    # each belongs to one mode only (the rules refuse the other mode's field when it is set).
+    client: MooncakeClient | None = Field(
+        default=None, description="The per-node client (mode standalone only; unset: the client's defaults)."
+    )
+    tenant: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] | None = Field(
+        default=None,
+        description="Tenant of this deployment's keys (tenant_id): the master runs with strict tenant namespaces "
+        "(--enable_multi_tenants, admitting this one tenant), so a client of the master under another tenant sees "
+        "none of them. Default: Mooncake's tenant 'default' and no tenant namespaces.",
+    )
+
+    global_segment_size: Quantity | None = Field(
+        default=None,
+        description="Memory each engine contributes to the pool (global_segment_size; mode embedded only). "
+        "Default: 4Gi.",
     )
     local_buffer_size: Quantity = Field(
         default="4Gi", description="Each engine's local transfer buffer (local_buffer_size)."
@@ -94,6 +163,16 @@ class MooncakeStore(ApiModel):
     master_port: Port = Field(default=50051, description="RPC port of the Mooncake master.")
     metrics_port: Port = Field(default=9003, description="Metrics port of the Mooncake master.")
 
+    def node_client(self) -> MooncakeClient:
+        """The per-node client's settings: those given, or the defaults."""
+        return self.client if self.client is not None else MooncakeClient()
+
+    def engine_segment_bytes(self) -> int:
+        """What each engine contributes to the pool: nothing in standalone mode (vLLM requires 0)."""
+        if self.mode == "standalone":
+            return 0
+        return int(parse_quantity(self.global_segment_size if self.global_segment_size is not None else "4Gi"))
+
 
 class LmcacheStore(ApiModel):
     """An LMCache server (Deployment + Service) that every engine uses as a remote KV tier."""
@@ -107,6 +186,57 @@ class LmcacheStore(ApiModel):
     chunk_size: Annotated[int, Field(ge=16, le=65536)] | None = Field(
         default=None, description="Tokens per LMCache chunk. LMCache default 256."
     )
+
+
+DEFAULT_HUGEPAGE_SIZE = "2Mi"
+"""The page size of a huge-page pool when spec.transfer.network.hugepages names none."""
+
+
+class PegaflowServer(ApiModel):
+    """`pegaflow-server`, one per node (DaemonSet `<name>-kv-node`): it owns the node's pinned host KV pool, SSD
+    cache, RDMA NICs and index. Host access: it runs on the host network (its address must be routable for
+    cross-node hits) and, with the engine pods, in the host IPC namespace, because vLLM workers hand it KV through
+    CUDA IPC; it sees the node's GPUs through NVIDIA_VISIBLE_DEVICES=all (the NVIDIA container runtime) without
+    requesting any, and pins memory (IPC_LOCK). Its namespace must allow privileged pods."""
+
+    image: Image = Field(description="Image with pegaflow-server (pip pegaflow-llm or pegaflow-llm-cu13).")
+    pool_size: Quantity = Field(
+        default="30Gi", description="Pinned host memory of the node's pool (--pool-size); the pod requests it."
+    )
+    port: Port = Field(default=50055, description="gRPC port on the node (--addr <node IP>:<port>).")
+    http_port: Port = Field(default=9091, description="Health and Prometheus port (--http-addr).")
+    ssd_cache: SsdCache | None = Field(
+        default=None, description="SSD tier (--ssd-cache-path, --ssd-cache-capacity from size)."
+    )
+    nics: Annotated[list[NicName], Field(max_length=32)] = Field(
+        default_factory=list, description="RDMA NICs for cross-node reads (--nics), e.g. [mlx5_0, mlx5_1]."
+    )
+    hugepages: bool = Field(
+        default=False,
+        description="Back the pool with huge pages (--use-hugepages); reserve them on the nodes in advance.",
+    )
+    placement: PodPlacement = Field(
+        default_factory=PodPlacement,
+        description="Nodes the server runs on. Default: the nodes the pools that use the store select.",
+    )
+
+
+class PegaflowMetaserver(ApiModel):
+    """`pegaflow-metaserver`, one per deployment (Deployment + Service `<name>-kv-store`): the approximate global
+    block index for cross-node hits."""
+
+    enabled: bool = Field(default=True, description="Deploy the metaserver (servers then share hits across nodes).")
+    port: Port = Field(default=50056, description="Port of the metaserver (--addr 0.0.0.0:<port>).")
+    image: Image | None = Field(default=None, description="Image with pegaflow-metaserver. Default: the server's.")
+
+
+class PegaflowStore(ApiModel):
+    """PegaFlow (Novita AI) as the shared KV tier: vLLM's PegaKVConnector (kv_connector_module_path
+    pegaflow.connector, which the engine image must contain) in read_write mode on prefill and save_only on
+    decode, joined to the transfer through MultiConnector, as PegaFlow's P/D recipe does."""
+
+    server: PegaflowServer = Field(description="The per-node server.")
+    metaserver: PegaflowMetaserver = Field(default_factory=PegaflowMetaserver, description="The cluster index.")
 
 
 class KvStore(ApiModel):
@@ -123,12 +253,19 @@ class KvStore(ApiModel):
             message="spec.kvCache.store.lmcache is set but type is not lmcache: remove it or set type: lmcache",
             field_path=".lmcache",
         ),
+        CelRule(
+            rule="(self.type == 'pegaflow') == has(self.pegaflow)",
+            message="spec.kvCache.store.pegaflow must be set exactly when type is pegaflow: add "
+            "spec.kvCache.store.pegaflow.server.image, or remove the block",
+            field_path=".pegaflow",
+        ),
     )
 
-    type: Literal["mooncake", "lmcache"] = Field(description="Which store to deploy and connect.")
+    type: Literal["mooncake", "lmcache", "pegaflow"] = Field(description="Which store to deploy and connect.")
     pools: PoolList = Field(default_factory=_both_pools, description="Pools that use the store.")
     mooncake: MooncakeStore | None = Field(default=None, description="Mooncake store settings (type mooncake).")
     lmcache: LmcacheStore | None = Field(default=None, description="LMCache server settings (type lmcache).")
+    pegaflow: PegaflowStore | None = Field(default=None, description="PegaFlow settings (type pegaflow).")
 
 
 class KvCacheSpec(ApiModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from disagg.frontend.contract import CONTRACT_ANNOTATIONS, LABEL_PAIRING_REVISION
 from disagg.names import POOLS, PoolName, common_labels
 
 from .deployment import DisaggDeploymentSpec
@@ -26,17 +27,21 @@ from .kube_syntax import (
     port_name_error,
     sub_path_error,
 )
-from .owned import OPERATOR_MOUNT_PATHS, ROUTER_ENV
+from .kvcache import DEFAULT_HUGEPAGE_SIZE
+from .owned import ENGINE_HTTP_PORT, OPERATOR_MOUNT_PATHS, ROUTER_ENV
 from .pool import CustomContainer
 from .resolve import (
     ResolvedFamily,
     effective_rollout,
     may_gate_pools,
     mooncake_store,
+    pegaflow_store,
     pod_memory,
     pool_layout,
     pool_of,
     resolve_transfer,
+    router_kind,
+    runs_nixl,
 )
 from .types import EnvVar, IntOrPercent
 from .units import parse_quantity
@@ -66,13 +71,6 @@ def _vllm_pools(spec: DisaggDeploymentSpec) -> Iterator[PoolName]:
             yield role
 
 
-def _router_deployed(spec: DisaggDeploymentSpec) -> bool:
-    custom = spec.transfer.custom
-    return spec.frontend.router.custom_container is not None or not (
-        spec.transfer.connector == "custom" and (custom is None or custom.router_protocol is None)
-    )
-
-
 # -- settings that would be silently replaced --------------------------------------------------------------------
 
 
@@ -88,6 +86,23 @@ def operator_labels_are_not_set_by_hand(spec: DisaggDeploymentSpec, family: Reso
                     "is set by the operator (or LeaderWorkerSet), which selects pods by it, so this value would be "
                     "replaced",
                     "remove it, or use a label key of your own",
+                )
+            elif key == LABEL_PAIRING_REVISION and path.endswith(".podLabels"):
+                yield Problem(
+                    f"{path}.{key}",
+                    "is set by the operator: the frontend pairs only engines of one pairing revision (D91), so this "
+                    "value would be replaced",
+                    "remove it, or use a label key of your own",
+                )
+    for role in POOLS:
+        for key in pool_of(spec, role).pod_annotations:
+            if key in CONTRACT_ANNOTATIONS:
+                yield Problem(
+                    f"spec.{role}.podAnnotations.{key}",
+                    "is decided by the operator: the frontend reads engines' ids, ports, parallel sizes and "
+                    "pairing generation from these annotations (frontend/contract.py), so a value here would be "
+                    "replaced or mislead the frontend",
+                    "remove it, or use an annotation key of your own",
                 )
 
 
@@ -190,12 +205,34 @@ def lmcache_transfer_has_no_mooncake_store(spec: DisaggDeploymentSpec, family: R
 # -- ports ----------------------------------------------------------------------------------------------------
 
 
+def engine_port_ranges(spec: DisaggDeploymentSpec, role: PoolName) -> list[tuple[str, int, int]]:
+    """The ports one vLLM engine pod of the pool listens on, as (what, first, last): its HTTP port and the
+    connector's listeners."""
+    transfer = resolve_transfer(spec.transfer)
+    pool = pool_of(spec, role)
+    ranges: list[tuple[str, int, int]] = [("the engine HTTP port", ENGINE_HTTP_PORT, ENGINE_HTTP_PORT)]
+    if runs_nixl(transfer, role):
+        # The side channel binds base + global data-parallel rank, so a pod hosting ranks [start, start + local)
+        # uses ports up to base + dataParallel - 1.
+        base = transfer.nixl.side_channel_port
+        ranges.append(("spec.transfer.nixl.sideChannelPort", base, base + pool.data_parallel - 1))
+    if transfer.connector == "mooncake" and role == "prefill":
+        port = transfer.mooncake.bootstrap_port
+        ranges.append(("spec.transfer.mooncake.bootstrapPort", port, port))
+    if transfer.connector == "moriio":
+        moriio = transfer.moriio
+        span = pool_layout(pool).ranks_per_pod - 1 + pool.tensor_parallel - 1
+        ranges.append(("spec.transfer.moriio.handshakePort", moriio.handshake_port, moriio.handshake_port + span))
+        ranges.append(("spec.transfer.moriio.notifyPort", moriio.notify_port, moriio.notify_port + span))
+    return ranges
+
+
 @object_rule
 def ports_fit_and_differ(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     transfer = resolve_transfer(spec.transfer)
     for role in _vllm_pools(spec):
         pool = pool_of(spec, role)
-        if transfer.connector in ("nixl", "nixl-push"):
+        if runs_nixl(transfer, role):
             base = transfer.nixl.side_channel_port
             last = base + pool.data_parallel - 1
             if last > MAX_PORT:
@@ -219,13 +256,18 @@ def ports_fit_and_differ(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> 
     if spec.decode.custom_container is not None:
         yield from _custom_ports("spec.decode.customContainer", spec.decode.custom_container, {})
     router = spec.frontend.router
+    kind = router_kind(spec)
     if router.custom_container is not None:
         yield from _custom_ports("spec.frontend.router.customContainer", router.custom_container, {})
-    elif _router_deployed(spec):
+    elif kind is not None:
         taken = {router.port: "spec.frontend.router.port"}
-        others = [("spec.frontend.router.metricsPort", router.metrics_port)]
-        if transfer.connector == "moriio":
-            others.append(("spec.transfer.moriio.proxyPingPort", transfer.moriio.proxy_ping_port))
+        if kind == "disagg-frontend":
+            # The admin API (probes, drains, pairs) must stay off the user-facing Service, which maps `port`.
+            others = [("spec.frontend.router.adminPort", router.admin_port)]
+        else:
+            others = [("spec.frontend.router.metricsPort", router.metrics_port)]
+            if transfer.connector == "moriio":
+                others.append(("spec.transfer.moriio.proxyPingPort", transfer.moriio.proxy_ping_port))
         yield from _distinct(taken, others, "router")
     store = mooncake_store(spec)
     if store is not None:
@@ -233,6 +275,43 @@ def ports_fit_and_differ(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> 
         yield from _distinct(
             taken, [("spec.kvCache.store.mooncake.metricsPort", store.metrics_port)], "Mooncake master"
         )
+    yield from _node_daemon_ports(spec)
+
+
+def _node_daemon_ports(spec: DisaggDeploymentSpec) -> Iterator[Problem]:
+    """The per-node KV daemon (D94) listens on ports of its node (host network): its own ports must differ, and
+    engines on the host network of the same nodes must not listen on them."""
+    store = mooncake_store(spec)
+    pegaflow = pegaflow_store(spec)
+    daemon: list[tuple[str, int]] = []
+    if store is not None and store.mode == "standalone":
+        client = store.node_client()
+        path = "spec.kvCache.store.mooncake.client"
+        daemon = [(f"{path}.port", client.port), (f"{path}.segmentPort", client.segment_port)]
+        what = "Mooncake client"
+    elif pegaflow is not None:
+        path = "spec.kvCache.store.pegaflow.server"
+        daemon = [(f"{path}.port", pegaflow.server.port), (f"{path}.httpPort", pegaflow.server.http_port)]
+        what = "PegaFlow server"
+    if not daemon:
+        return
+    first_path, first_port = daemon[0]
+    yield from _distinct({first_port: first_path}, daemon[1:], what)
+    kv = spec.kv_cache.store
+    if not spec.transfer.network.host_network or kv is None:
+        return
+    for role in _vllm_pools(spec):
+        if role not in kv.pools:
+            continue
+        for path, port in daemon:
+            for name, low, high in engine_port_ranges(spec, role):
+                if low <= port <= high:
+                    yield Problem(
+                        path,
+                        f"port {port} of the node is also {name} of the {role} engines, which run on the host "
+                        "network of the same nodes",
+                        "choose a port of its own",
+                    )
 
 
 def _distinct(taken: dict[int, str], ports: list[tuple[str, int]], what: str) -> Iterator[Problem]:
@@ -297,6 +376,7 @@ def env_names_are_set_once(spec: DisaggDeploymentSpec, family: ResolvedFamily) -
                         "keep only one: remove the variable or the field",
                     )
     base = {
+        "POD_NAME": "the pod's name, which engine ids derive from (D92)",
         "POD_IP": "the pod IP",
         "VLLM_HOST_IP": "the pod IP",
         "PYTHONHASHSEED": "spec.engine.pythonHashSeed",
@@ -364,6 +444,13 @@ def resources_are_what_containers_may_request(spec: DisaggDeploymentSpec, family
                 "huge pages need a CPU or memory request in the same container (the API server refuses the pod)",
                 f"set {path}.cpu or {path}.memory",
             )
+    pegaflow = pegaflow_store(spec)
+    if pegaflow is not None and pegaflow.server.hugepages:
+        # The server's pool becomes a huge-page request of the same size (plan/stores.py).
+        page = hugepages.page_size if hugepages is not None else DEFAULT_HUGEPAGE_SIZE
+        yield from _hugepages_amount(
+            "spec.kvCache.store.pegaflow.server.poolSize", f"hugepages-{page}", pegaflow.server.pool_size
+        )
     for path, given in (
         ("spec.frontend.router.resources", spec.frontend.router.resources),
         ("spec.frontend.render.resources", spec.frontend.render.resources),
@@ -437,6 +524,15 @@ def mount_paths_differ_and_paths_stay_inside(spec: DisaggDeploymentSpec, family:
     disk = spec.kv_cache.disk
     if disk is not None and disk.volume.host_path is not None and backstep_error(disk.volume.host_path.path):
         yield Problem("spec.kvCache.disk.volume.hostPath.path", "must not contain '..'", "write the path without '..'")
+    store = mooncake_store(spec)
+    pegaflow = pegaflow_store(spec)
+    ssd_caches = [
+        ("spec.kvCache.store.mooncake.client.offload.path", store.node_client().offload if store else None),
+        ("spec.kvCache.store.pegaflow.server.ssdCache.path", pegaflow.server.ssd_cache if pegaflow else None),
+    ]
+    for path, cache in ssd_caches:
+        if cache is not None and backstep_error(cache.path):
+            yield Problem(path, "must not contain '..'", "write the path without '..'")
     model_path = storage.mount_path.rstrip("/")
     fixed = dict(OPERATOR_MOUNT_PATHS)
     if model_path in fixed:

@@ -88,9 +88,14 @@ OWNED_ENGINE_ENV: dict[str, str] = {
     "VLLM_NIXL_SIDE_CHANNEL_HOST": "nothing (it is always the pod IP)",
     "VLLM_NIXL_SIDE_CHANNEL_PORT": "spec.transfer.nixl.sideChannelPort",
     "VLLM_HOST_IP": "nothing (it is always the pod IP)",
+    "POD_NAME": "nothing (it is always the pod's name, which engine ids derive from)",
     "PYTHONHASHSEED": "spec.engine.pythonHashSeed",
     "VLLM_MOONCAKE_BOOTSTRAP_PORT": "spec.transfer.mooncake.bootstrapPort",
     "MOONCAKE_CONFIG_PATH": "spec.kvCache.store.mooncake",
+    "MOONCAKE_PREFERRED_SEGMENT": "spec.kvCache.store.mooncake.client (the client on the engine's node)",
+    "HOST_IP": "nothing (it is always the node's address)",
+    "PEGAFLOW_HOST": "spec.kvCache.store.pegaflow (the server on the engine's node)",
+    "PEGAFLOW_PORT": "spec.kvCache.store.pegaflow.server.port",
     "LMCACHE_CONFIG_FILE": "spec.kvCache.store.lmcache or spec.transfer.lmcache",
     "HF_HOME": "spec.model.storage.mountPath",
     "HF_HUB_OFFLINE": "spec.model.storage.offline",
@@ -125,6 +130,32 @@ OWNED_ROUTER_FLAGS: dict[str, str] = {
     "--prefill-policy": "spec.frontend.router.prefillPolicy",
     "--decode-policy": "spec.frontend.router.decodePolicy",
 }
+
+OWNED_FRONTEND_FLAGS: dict[str, str] = {
+    "--host": "nothing (the frontend listens on all interfaces)",
+    "--port": "spec.frontend.router.port",
+    "--admin-port": "spec.frontend.router.adminPort",
+    "--flow": "spec.transfer (the connector decides the flow)",
+    "--render": "spec.frontend.render.enabled",
+    "--no-render": "spec.frontend.render.enabled",
+    "--discovery": "nothing (engines are discovered from their pods)",
+    "--namespace": "nothing (the DisaggDeployment's namespace)",
+    "--deployment": "nothing (the operator selects the pools' pods)",
+    "--prefill-selector": "nothing (the operator selects the pools' pods)",
+    "--decode-selector": "nothing (the operator selects the pools' pods)",
+    "--render-selector": "nothing (the operator selects the render tier's pods)",
+    "--engine-port": "nothing (engine pods carry their port)",
+    "--prefill": "nothing (pods are discovered)",
+    "--decode": "nothing (pods are discovered)",
+    "--render-url": "nothing (pods are discovered)",
+    "--moriio-registration": "nothing (MoRI-IO engines are discovered from their pods)",
+    "--prefill-policy": "spec.frontend.router.prefillPolicy",
+    "--decode-policy": "spec.frontend.router.decodePolicy",
+    "--conversation-ttl": "spec.transfer.nixl.bidirectional.blocksTtlSeconds",
+    "--decoder-blocks-ttl": "spec.transfer.nixl.bidirectional.blocksTtlSeconds",
+    "--model": "spec.model.servedName",
+}
+"""`disagg frontend` flags the operator renders (operator/disagg/plan/frontend.py)."""
 
 ROUTER_ENV = ("POD_NAMESPACE", "DISAGG_PREFILL_HOST", "DISAGG_DECODE_HOST")
 """Variables every router container gets from the operator."""

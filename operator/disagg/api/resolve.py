@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from disagg.frontend.contract import FlowName
 from disagg.names import FRONTEND_ADMIN_PORT, POOLS, PoolName, api_pod_selector, selector_labels
 
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
 from .engine import DEFAULT_ENGINE_IMAGE, ChatSettings, EngineSettings
 from .frontend import FrontendSpec
-from .kvcache import KvCacheSpec, MooncakeStore
+from .kvcache import KvCacheSpec, MooncakeStore, PegaflowStore
 from .model import ModelSpec
 from .pool import CustomContainer, PoolSpec
-from .serving import ServingSpec
+from .serving import CheckMode, ServingSpec
 from .transfer import (
     ConnectorKind,
     CustomConnectorSettings,
@@ -156,14 +158,27 @@ GATED_ROLLOUT: tuple[IntOrPercent, IntOrPercent] = ("100%", 0)
 once, none is removed before a new one is admitted; the operator's admissions pace the rollout."""
 
 
+def probes_pairs(router: RouterKind | None, frontend: FrontendSpec) -> bool:
+    """Whether the router is the operator's frontend, whose admin API probes every prefill/decode pair: the
+    built-in one (`implementation: disagg-frontend`, the default), or a custom router container that exposes a port
+    named `admin` (a build of `disagg frontend` of the user's own)."""
+    if router == "disagg-frontend":
+        return True
+    custom = frontend.router.custom_container
+    return router == "custom" and custom is not None and FRONTEND_ADMIN_PORT in custom.extra_ports
+
+
+def gates_pools(router: RouterKind | None, frontend: FrontendSpec, mode: CheckMode | None) -> bool:
+    """Whether single-node engine pods get the serving readiness gate and the GATED_ROLLOUT defaults (D102, D103,
+    D142): the pairs can be probed (probes_pairs) and the check enforces. Decided here once, for the planner (which
+    passes the mode in effect: the spec's, else the operator's --serving-check) and for validation (which passes
+    the spec's mode, None when unset: the operator's default is not known then, so unset counts as Enforce)."""
+    return mode in (None, "Enforce") and probes_pairs(router, frontend)
+
+
 def may_gate_pools(spec: DisaggDeploymentSpec) -> bool:
-    """Whether single-node engine pods may get the serving readiness gate, read from the spec for validation. The
-    planner decides it from the rendered router (plan/serving.py gates_pools: the operator's own frontend, known by
-    its admin port, with the check enforcing); an unset mode counts as Enforce here because the operator's
-    --serving-check default is not known when a spec is validated."""
-    custom = spec.frontend.router.custom_container
-    enforcing = spec.serving.check.mode in (None, "Enforce")
-    return enforcing and custom is not None and FRONTEND_ADMIN_PORT in custom.extra_ports
+    """Whether single-node engine pods may get the serving readiness gate, read from the spec for validation."""
+    return gates_pools(router_kind(spec), spec.frontend, spec.serving.check.mode)
 
 
 def effective_rollout(pool: PoolSpec, role: PoolName, gated: bool = False) -> tuple[IntOrPercent, IntOrPercent]:
@@ -187,8 +202,8 @@ class PodMemory:
     given: int | None
     """resources.memory in bytes, or None when the user left it to the scheduler."""
     pinned_per_engine: int
-    """Host memory each engine (data-parallel rank) pins for KV: the CPU tier, the Mooncake store's segment and
-    buffer."""
+    """Host memory each engine (data-parallel rank) pins for KV: the CPU tier, the Mooncake store's segment (none
+    in standalone mode, where the node's client owns the pool) and buffer."""
     engines: int
     """Engines (data-parallel ranks) in the pod."""
     shm: int
@@ -221,7 +236,7 @@ def pinned_host_bytes(spec: DisaggDeploymentSpec, role: PoolName) -> int:
         pinned += int(parse_quantity(tiers.cpu.size))
     store = mooncake_store(spec)
     if store is not None and tiers.store is not None and role in tiers.store.pools:
-        pinned += int(parse_quantity(store.global_segment_size)) + int(parse_quantity(store.local_buffer_size))
+        pinned += store.engine_segment_bytes() + int(parse_quantity(store.local_buffer_size))
     return pinned
 
 
@@ -269,6 +284,32 @@ def resolve_transfer(transfer: TransferSpec) -> ResolvedTransfer:
     )
 
 
+NIXL_CLASSES = frozenset({"NixlConnector", "NixlPullConnector", "NixlPushConnector"})
+"""vLLM's NIXL connector classes (factory.py): wherever one of them runs, its side channel must be reachable."""
+
+
+def contains_nixl(config: Mapping[str, Any]) -> bool:
+    """Whether a kv-transfer config entry is NIXL or a MultiConnector with NIXL among its connectors (at any
+    depth)."""
+    if config.get("kv_connector") in NIXL_CLASSES:
+        return True
+    children = (config.get("kv_connector_extra_config") or {}).get("connectors")
+    return isinstance(children, list) and any(isinstance(c, dict) and contains_nixl(c) for c in children)
+
+
+def runs_nixl(transfer: ResolvedTransfer, role: PoolName) -> bool:
+    """Whether the pool's vLLM engines run a NIXL connector, and so bind its side channel (D93): connector nixl or
+    nixl-push, or a custom connector that is NIXL or a MultiConnector containing it."""
+    if transfer.connector in ("nixl", "nixl-push"):
+        return True
+    custom = transfer.custom
+    if transfer.connector != "custom" or custom is None:
+        return False
+    per_pool = custom.prefill if role == "prefill" else custom.decode
+    extra = {**custom.extra_config, **per_pool.extra_config}
+    return contains_nixl({"kv_connector": custom.connector_class, "kv_connector_extra_config": extra})
+
+
 @dataclass(frozen=True)
 class LmcacheServer:
     """The shared LMCache server and how its clients reach it."""
@@ -302,9 +343,62 @@ def mooncake_store(spec: DisaggDeploymentSpec) -> MooncakeStore | None:
     return store.mooncake or MooncakeStore()
 
 
+def pegaflow_store(spec: DisaggDeploymentSpec) -> PegaflowStore | None:
+    store = spec.kv_cache.store
+    return store.pegaflow if store is not None and store.type == "pegaflow" else None
+
+
 def shared_image(spec: DisaggDeploymentSpec) -> str:
     """The image of what is not an engine pool but runs vLLM's code (render tier, KV-store daemons)."""
     return spec.engine.image or DEFAULT_ENGINE_IMAGE
+
+
+# -- the router and the flow it drives ---------------------------------------------------------------------------
+
+RouterKind = Literal["disagg-frontend", "vllm-router", "custom"]
+VLLM_ROUTER_FLOWS: frozenset[FlowName] = frozenset({"pull", "mooncake", "moriio-read"})
+"""What vllm-router 0.1.17 drives: NIXL pull (also LMCache, whose KV moves through its server, and custom
+connectors speaking NIXL's protocol), Mooncake, and MoRI-IO read. Not push (no concurrent dispatch with prefill's
+coordinates), bidirectional (it blanks the client's kv_transfer_params before prefill), MoRI-IO write, nor the
+render tier (it does not drive render -> generate -> derender)."""
+
+
+def router_kind(spec: DisaggDeploymentSpec) -> RouterKind | None:
+    """Which router fronts the engines: a custom container, our frontend or vllm-router; None when a custom
+    connector names no P/D protocol (the decode pool's own endpoint is then the Service's)."""
+    router = spec.frontend.router
+    if router.custom_container is not None:
+        return "custom"
+    if spec.transfer.connector == "custom" and (
+        spec.transfer.custom is None or spec.transfer.custom.router_protocol is None
+    ):
+        return None
+    return router.implementation
+
+
+def transfer_flow(transfer: TransferSpec) -> FlowName | None:
+    """The P/D flow a router must drive for this transfer; None for a custom connector that names no protocol."""
+    connector = transfer.connector
+    if connector == "nixl":
+        nixl = transfer.nixl or NixlSettings()
+        return "bidirectional" if nixl.bidirectional.enabled else "pull"
+    if connector == "nixl-push":
+        return "push"
+    if connector == "moriio":
+        return "moriio-read" if (transfer.moriio or MoriioSettings()).mode == "read" else "moriio-write"
+    if connector == "mooncake":
+        return "mooncake"
+    if connector == "lmcache":
+        return "pull"  # prefill first, then decode; the KV itself goes through the LMCache server
+    custom = transfer.custom
+    protocol = custom.router_protocol if custom is not None else None
+    if protocol == "nixl":
+        return "pull"
+    if protocol == "mooncake":
+        return "mooncake"
+    if protocol == "moriio":
+        return "moriio-read" if custom is not None and custom.extra_config.get("read_mode") is True else "moriio-write"
+    return None
 
 
 # -- the resolved view ------------------------------------------------------------------------------------------
@@ -379,8 +473,13 @@ class ResolvedDeployment:
     kv_cache: KvCacheSpec
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
+    pegaflow: PegaflowStore | None
     frontend: FrontendSpec
     serving: ServingSpec
+    router: RouterKind | None
+    """Which router fronts the engines (None: the decode pool's own endpoint is the Service's)."""
+    flow: FlowName | None
+    """The P/D flow the router drives."""
 
     @property
     def pools(self) -> tuple[ResolvedPool, ResolvedPool]:
@@ -415,6 +514,9 @@ def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = Non
         kv_cache=spec.kv_cache,
         mooncake_store=mooncake_store(spec),
         lmcache=lmcache_server(spec),
+        pegaflow=pegaflow_store(spec),
         frontend=spec.frontend,
         serving=spec.serving,
+        router=router_kind(spec),
+        flow=transfer_flow(spec.transfer),
     )

@@ -14,12 +14,13 @@ from disagg.names import POOLS
 from .deployment import DisaggDeploymentSpec
 from .engine import EngineSettings
 from .errors import Problem
-from .object_rules import OBJECT_RULES, flag_name
+from .frontend import FRONTEND_POLICIES, VLLM_ROUTER_POLICIES
+from .object_rules import OBJECT_RULES, engine_port_ranges, flag_name
 from .owned import (
-    ENGINE_HTTP_PORT,
     FIELD_BACKED_ENGINE_ENV,
     OWNED_ENGINE_ENV,
     OWNED_ENGINE_FLAGS,
+    OWNED_FRONTEND_FLAGS,
     OWNED_ROUTER_FLAGS,
 )
 from .pool import PoolName, PoolSpec
@@ -30,7 +31,8 @@ from .resolve import (
     operator_scales,
     replica_layout,
     resolve_family,
-    resolve_transfer,
+    router_kind,
+    transfer_flow,
 )
 from .types import ArgList
 from .units import parse_duration
@@ -145,6 +147,54 @@ def push_mode_limits(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iter
             "connector nixl-push does not support pipeline parallelism on the decode side",
             "set it to 1, or use connector nixl",
         )
+
+
+_VLLM_ROUTER_CANNOT = {
+    "push": "NIXL push: it cannot send decode's leg with prefill's coordinates while prefill runs",
+    "bidirectional": "bidirectional multi-turn: it replaces the client's kv_transfer_params with a blank set "
+    "before prefill, so no turn reads the history back",
+    "moriio-write": "MoRI-IO write mode: it needs both legs dispatched at once",
+}
+
+
+def router_drives_the_flow(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    """Never deploy a router that would look Ready while it cannot serve the flow the spec asks for."""
+    if router_kind(spec) != "vllm-router":
+        return
+    flow = transfer_flow(spec.transfer)
+    if flow in _VLLM_ROUTER_CANNOT:
+        yield Problem(
+            "spec.frontend.router.implementation",
+            f"vllm-router 0.1.17 cannot drive {_VLLM_ROUTER_CANNOT[flow]}",
+            "remove implementation (the operator's frontend, disagg-frontend, drives this flow), or change "
+            "spec.transfer",
+        )
+    if spec.frontend.render.enabled:
+        yield Problem(
+            "spec.frontend.router.implementation",
+            "vllm-router 0.1.17 cannot drive the render tier (render -> generate on --tokens-only engines -> derender)",
+            "remove implementation (disagg-frontend drives the render tier), or turn spec.frontend.render off",
+        )
+
+
+def router_policies_exist(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    kind = router_kind(spec)
+    if kind not in ("vllm-router", "disagg-frontend"):
+        return
+    router = spec.frontend.router
+    offered = FRONTEND_POLICIES if kind == "disagg-frontend" else VLLM_ROUTER_POLICIES
+    for name, value in (
+        ("policy", router.policy),
+        ("prefillPolicy", router.prefill_policy),
+        ("decodePolicy", router.decode_policy),
+    ):
+        if value is not None and value not in offered:
+            yield Problem(
+                f"spec.frontend.router.{name}",
+                f"{kind} has no policy {value}",
+                f"use one of {', '.join(offered)}"
+                + (", or set implementation: vllm-router" if kind == "disagg-frontend" else ""),
+            )
 
 
 def heterogeneous_tp_divides(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
@@ -450,12 +500,53 @@ def kv_tiers_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> I
             )
     store = tiers.store
     if store is not None:
-        for block in ("mooncake", "lmcache"):
+        for block in ("mooncake", "lmcache", "pegaflow"):
             if getattr(store, block) is not None and store.type != block:
                 yield Problem(
                     f"spec.kvCache.store.{block}",
                     f"set, but spec.kvCache.store.type is {store.type}",
                     f"remove it, or set type to {block}",
+                )
+        if store.type == "pegaflow" and store.pegaflow is None:
+            yield Problem(
+                "spec.kvCache.store.pegaflow",
+                "type pegaflow needs the server's settings",
+                "add spec.kvCache.store.pegaflow.server.image (the image with pegaflow-server)",
+            )
+
+
+def store_daemons_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    store = spec.kv_cache.store
+    if store is None:
+        return
+    mooncake = store.mooncake
+    if mooncake is not None:
+        if mooncake.mode == "standalone" and mooncake.global_segment_size is not None:
+            yield Problem(
+                "spec.kvCache.store.mooncake.globalSegmentSize",
+                "in standalone mode engines contribute no segment (vLLM requires 0): the node's client owns the pool",
+                "remove it and size the pool with spec.kvCache.store.mooncake.client.segmentSize",
+            )
+        if mooncake.mode == "embedded" and mooncake.client is not None:
+            yield Problem(
+                "spec.kvCache.store.mooncake.client",
+                "the per-node client exists only in standalone mode",
+                "set spec.kvCache.store.mooncake.mode: standalone, or remove client",
+            )
+    if store.type == "pegaflow":
+        for role, pool in _pools(spec):
+            if role in store.pools and pool.resources.gpu_resource_name != "nvidia.com/gpu":
+                yield Problem(
+                    f"spec.{role}.resources.gpuResourceName",
+                    f"PegaFlow's server reads KV from vLLM workers through CUDA IPC, and {role} asks for "
+                    f"{pool.resources.gpu_resource_name}",
+                    f"run {role} on NVIDIA GPUs, or remove {role} from spec.kvCache.store.pools",
+                )
+            if role in store.pools and spec.transfer.network.host_network:
+                yield Problem(
+                    "spec.transfer.network.hostNetwork",
+                    "PegaFlow's server owns ports of the node, and engines on the host network would share them",
+                    "turn hostNetwork off for the engines (they reach the server at the node's address)",
                 )
 
 
@@ -465,9 +556,11 @@ def owned_engine_flags(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> It
         yield from _owned_flag_problems(
             f"spec.{role}.engine.extraArgs", pool.engine.extra_args, OWNED_ENGINE_FLAGS, f"spec.{role}"
         )
-    yield from _owned_flag_problems(
-        "spec.frontend.router.extraArgs", spec.frontend.router.extra_args, OWNED_ROUTER_FLAGS, "spec.frontend.router"
-    )
+    if router_kind(spec) in ("vllm-router", "disagg-frontend"):
+        owned = OWNED_ROUTER_FLAGS if spec.frontend.router.implementation == "vllm-router" else OWNED_FRONTEND_FLAGS
+        yield from _owned_flag_problems(
+            "spec.frontend.router.extraArgs", spec.frontend.router.extra_args, owned, "spec.frontend.router"
+        )
 
 
 def _owned_flag_problems(path: str, args: ArgList, owned: dict[str, str], scope: str) -> Iterator[Problem]:
@@ -523,24 +616,10 @@ def owned_engine_env(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iter
 
 
 def engine_ports_distinct(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
-    transfer = resolve_transfer(spec.transfer)
     for role, pool in _pools(spec):
         if role == "decode" and pool.custom_container is not None:
             continue
-        ranges: list[tuple[str, int, int]] = [("the engine HTTP port", ENGINE_HTTP_PORT, ENGINE_HTTP_PORT)]
-        if transfer.connector in ("nixl", "nixl-push"):
-            # The side channel binds base + global data-parallel rank, so a pod hosting ranks [start, start + local)
-            # uses ports up to base + dataParallel - 1.
-            base = transfer.nixl.side_channel_port
-            ranges.append(("spec.transfer.nixl.sideChannelPort", base, base + pool.data_parallel - 1))
-        if transfer.connector == "mooncake" and role == "prefill":
-            port = transfer.mooncake.bootstrap_port
-            ranges.append(("spec.transfer.mooncake.bootstrapPort", port, port))
-        if transfer.connector == "moriio":
-            moriio = transfer.moriio
-            span = replica_layout(pool).ranks_per_pod - 1 + pool.tensor_parallel - 1
-            ranges.append(("spec.transfer.moriio.handshakePort", moriio.handshake_port, moriio.handshake_port + span))
-            ranges.append(("spec.transfer.moriio.notifyPort", moriio.notify_port, moriio.notify_port + span))
+        ranges = engine_port_ranges(spec, role)
         for i, (name_a, low_a, high_a) in enumerate(ranges):
             for name_b, low_b, high_b in ranges[i + 1 :]:
                 if low_a <= high_b and low_b <= high_a:
@@ -622,6 +701,8 @@ RULES: tuple[Rule, ...] = (
     connector_blocks_match,
     bidirectional_is_pull_only,
     push_mode_limits,
+    router_drives_the_flow,
+    router_policies_exist,
     heterogeneous_tp_divides,
     gpu_arithmetic,
     data_parallel_spreads_evenly,
@@ -636,6 +717,7 @@ RULES: tuple[Rule, ...] = (
     autoscaling_bounds,
     scaling_settings_consistent,
     kv_tiers_consistent,
+    store_daemons_consistent,
     owned_engine_flags,
     owned_engine_env,
     engine_ports_distinct,

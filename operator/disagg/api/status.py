@@ -144,3 +144,21 @@ class DisaggDeploymentStatus(StatusModel):
     kv_store: ComponentStatus | None = Field(default=None, description="The KV store, when deployed.")
     serving: ServingStatus | None = Field(default=None, description="The last serving check.")
     rollout: RolloutStatus | None = Field(default=None, description="Pairing revisions and the rollout between them.")
+    kv_node: ComponentStatus | None = Field(
+        default=None,
+        description="The per-node KV daemons (standalone Mooncake client, PegaFlow server), when deployed.",
+    )
+    pairing_revision: str | None = Field(
+        default=None,
+        description="Pairing revision of the engines the spec asks for: a hash of what prefill and decode must "
+        "agree on (images, model, connector settings, KV dtype, block size, speculative method). Engine pods carry "
+        "it as the label disagg.dev/pairing-revision, and the frontend only pairs engines of one revision.",
+    )
+    pairing_generation: int | None = Field(
+        default=None, description="The metadata.generation that introduced pairingRevision (orders revisions)."
+    )
+    scaler_state: str | None = Field(
+        default=None,
+        description="What the operator's autoscaler has learned (versioned JSON, not an API): whichever operator "
+        "replica reconciles next continues from it.",
+    )

@@ -13,7 +13,16 @@ from disagg.api.deployment import DisaggDeployment
 from disagg.api.documents import DocumentError, load_documents
 from disagg.api.errors import Problem
 from disagg.api.validate import is_disagg_document, validate_deployment
+from disagg.plan.model import DEFAULT_FRONTEND_IMAGE
 
+FRONTEND_IMAGE_OPTION = click.option(
+    "--frontend-image",
+    envvar="DISAGG_FRONTEND_IMAGE",
+    default=DEFAULT_FRONTEND_IMAGE,
+    show_default=True,
+    help="Image of the P/D frontend (disagg frontend) for DisaggDeployments that do not name one: the operator's "
+    "own image (the Helm chart sets it to the image it installs).",
+)
 FILES_OPTION = click.option(
     "-f",
     "--filename",

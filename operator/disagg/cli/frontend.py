@@ -81,14 +81,14 @@ def _labels(values: tuple[str, ...], option: str) -> dict[str, str]:
 )
 @click.option(
     "--conversation-ttl",
-    type=click.FloatRange(1, 86400),
+    type=click.FloatRange(0.1, 86400),
     default=450.0,
     show_default=True,
     help="Seconds a conversation's decode KV params are kept (bidirectional).",
 )
 @click.option(
     "--decoder-blocks-ttl",
-    type=click.FloatRange(1, 86400),
+    type=click.FloatRange(0.1, 86400),
     default=480.0,
     show_default=True,
     help="The engines' decoder_kv_blocks_ttl; --conversation-ttl must stay below it.",

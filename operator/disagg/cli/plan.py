@@ -11,16 +11,19 @@ import click
 from disagg.api.resolve import PodMemory
 from disagg.api.units import format_binary_quantity
 from disagg.plan import build_plan
+from disagg.plan.model import Installation
 
-from ._inputs import FILES_OPTION, load_valid
+from ._inputs import FILES_OPTION, FRONTEND_IMAGE_OPTION, load_valid
 
 
 @click.command(name="plan")
 @FILES_OPTION
-def plan_command(files: tuple[Path, ...]) -> None:
+@FRONTEND_IMAGE_OPTION
+def plan_command(files: tuple[Path, ...], frontend_image: str) -> None:
     """Show the engine, router and render commands, connector settings and workloads for DisaggDeployments."""
     for deployment in load_valid(files):
-        plan = build_plan(deployment, deployment.metadata.namespace or "default")
+        installation = Installation(frontend_image=frontend_image)
+        plan = build_plan(deployment, deployment.metadata.namespace or "default", installation)
         click.echo(f"DisaggDeployment {plan.name}  (model family: {plan.family}, endpoint: {plan.endpoint})")
         for workload in plan.workloads:
             group = f" x {workload.group_size} pods per replica" if workload.kind == "LeaderWorkerSet" else ""
@@ -38,8 +41,11 @@ def plan_command(files: tuple[Path, ...]) -> None:
                 click.echo(f"  {engine.role} --kv-transfer-config:\n    {pretty}")
             env = " ".join(f"{key}={value}" for key, value in engine.env.items())
             click.echo(f"  {engine.role} environment: {env}")
+        click.echo(f"\n  pairing revision: {plan.pairing.revision} (generation {plan.pairing.generation})")
         if plan.router_argv is not None:
-            click.echo(f"\n  router: vllm-router {shlex.join(plan.router_argv)}")
+            click.echo(f"  router: vllm-router {shlex.join(plan.router_argv)}")
+        if plan.frontend_argv is not None:
+            click.echo(f"  router: disagg frontend {shlex.join(plan.frontend_argv)}")
         if plan.render_tier_argv is not None:
             click.echo(f"  render: vllm launch render {shlex.join(plan.render_tier_argv)}")
         click.echo("")

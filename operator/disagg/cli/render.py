@@ -9,9 +9,11 @@ from typing import Any
 import click
 
 from disagg.api.documents import dump_documents
-from disagg.render import render_deployment
+from disagg.plan import build_plan
+from disagg.plan.model import Installation
+from disagg.render import render_plan
 
-from ._inputs import FILES_OPTION, load_valid
+from ._inputs import FILES_OPTION, FRONTEND_IMAGE_OPTION, load_valid
 
 
 @click.command()
@@ -27,14 +29,16 @@ from ._inputs import FILES_OPTION, load_valid
 @click.option(
     "-n", "--namespace", default=None, help="Namespace of the objects. Default: the DisaggDeployment's, else 'default'."
 )
-def render(files: tuple[Path, ...], output: str, namespace: str | None) -> None:
+@FRONTEND_IMAGE_OPTION
+def render(files: tuple[Path, ...], output: str, namespace: str | None, frontend_image: str) -> None:
     """Render the Kubernetes objects for DisaggDeployments (deterministic, byte-identical across runs).
 
     Invalid input prints the validation problems and exits 1, exactly like `disagg validate`.
     """
     objects: list[dict[str, Any]] = []
     for deployment in load_valid(files):
-        objects += render_deployment(deployment, namespace or deployment.metadata.namespace or "default")
+        target = namespace or deployment.metadata.namespace or "default"
+        objects += render_plan(build_plan(deployment, target, Installation(frontend_image=frontend_image)))
     if output == "json":
         listing = {"apiVersion": "v1", "kind": "List", "items": objects}
         click.echo(json.dumps(listing, indent=2))

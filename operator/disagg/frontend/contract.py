@@ -14,6 +14,7 @@ rebuilds its view from the API server alone:
 | annotation | `disagg.dev/kv-side-channel-port` | NIXL side-channel base port (`VLLM_NIXL_SIDE_CHANNEL_PORT`) |
 | annotation | `disagg.dev/kv-tp-size`, `disagg.dev/kv-pp-size`, `disagg.dev/kv-dp-size` | parallel sizes |
 | annotation | `disagg.dev/moriio-handshake-port`, `disagg.dev/moriio-notify-port` | MoRI-IO base ports |
+| annotation | `vllm.ai/bootstrap-port` | Mooncake bootstrap port of a prefill engine (vllm-router reads the same) |
 
 The NIXL side-channel host is the pod IP (the operator sets `VLLM_NIXL_SIDE_CHANNEL_HOST` from `status.podIP`).
 A pod is an engine when it is Running, Ready, not terminating and has an IP. Engines without the revision label
@@ -30,10 +31,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE, SERVING_GATE
+from disagg.names import BOOTSTRAP_PORT_ANNOTATION, LABEL_DEPLOYMENT, LABEL_ROLE, SERVING_GATE
 
 EngineRole = Literal["prefill", "decode", "render"]
 ENGINE_ROLES: tuple[EngineRole, ...] = ("prefill", "decode", "render")
+
+FlowName = Literal["pull", "push", "bidirectional", "mooncake", "moriio-read", "moriio-write"]
+FLOWS: tuple[FlowName, ...] = ("pull", "push", "bidirectional", "mooncake", "moriio-read", "moriio-write")
+"""The flows `disagg frontend --flow` drives; the planner picks one per connector."""
+CONCURRENT_FLOWS: frozenset[FlowName] = frozenset({"push", "mooncake", "moriio-write"})
+"""Flows that dispatch both legs at once (decode learns prefill's coordinates from the pod, not its reply)."""
+HTTP_PORT = 8000
+"""The frontend's OpenAI API port (`--port`)."""
+ADMIN_PORT = 8001
+"""The frontend's admin port (`--admin-port`): probes, drains, pairs. Never on the user-facing Service."""
 
 LABEL_PAIRING_REVISION = "disagg.dev/pairing-revision"
 ANNOTATION_PAIRING_GENERATION = "disagg.dev/pairing-generation"
@@ -45,11 +56,30 @@ ANNOTATION_PP_SIZE = "disagg.dev/kv-pp-size"
 ANNOTATION_DP_SIZE = "disagg.dev/kv-dp-size"
 ANNOTATION_MORIIO_HANDSHAKE_PORT = "disagg.dev/moriio-handshake-port"
 ANNOTATION_MORIIO_NOTIFY_PORT = "disagg.dev/moriio-notify-port"
+ANNOTATION_BOOTSTRAP_PORT = BOOTSTRAP_PORT_ANNOTATION
+CONTRACT_ANNOTATIONS: frozenset[str] = frozenset(
+    {
+        ANNOTATION_PAIRING_GENERATION,
+        ANNOTATION_HTTP_PORT,
+        ANNOTATION_KV_ENGINE_ID,
+        ANNOTATION_SIDE_CHANNEL_PORT,
+        ANNOTATION_TP_SIZE,
+        ANNOTATION_PP_SIZE,
+        ANNOTATION_DP_SIZE,
+        ANNOTATION_MORIIO_HANDSHAKE_PORT,
+        ANNOTATION_MORIIO_NOTIFY_PORT,
+        ANNOTATION_BOOTSTRAP_PORT,
+    }
+)
+"""The annotations of the contract, which the operator sets on engine pods: a pod annotation of the same key would
+be replaced (api/object_rules.py refuses it)."""
 
 DEFAULT_SIDE_CHANNEL_PORT = 5600
 """vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT."""
 DEFAULT_MORIIO_HANDSHAKE_PORT = 6301
 DEFAULT_MORIIO_NOTIFY_PORT = 61005
+DEFAULT_BOOTSTRAP_PORT = 8998
+"""vLLM's default VLLM_MOONCAKE_BOOTSTRAP_PORT."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,7 @@ class Engine:
     dp_size: int = 1
     moriio_handshake_port: int = DEFAULT_MORIIO_HANDSHAKE_PORT
     moriio_notify_port: int = DEFAULT_MORIIO_NOTIFY_PORT
+    bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
     extra: Mapping[str, str] = field(default_factory=dict)
     candidate: bool = False
     """Up but waiting for the operator's admission: probed, never routed."""
@@ -103,6 +134,7 @@ def engine_annotations(
     pp_size: int = 1,
     dp_size: int = 1,
     moriio_ports: tuple[int, int] | None = None,
+    bootstrap_port: int | None = None,
 ) -> dict[str, str]:
     """The annotations an engine pod carries; the planner renders these, `engine_from_pod` reads them back."""
     out = {
@@ -120,6 +152,8 @@ def engine_annotations(
     if moriio_ports is not None:
         out[ANNOTATION_MORIIO_HANDSHAKE_PORT] = str(moriio_ports[0])
         out[ANNOTATION_MORIIO_NOTIFY_PORT] = str(moriio_ports[1])
+    if bootstrap_port is not None:
+        out[ANNOTATION_BOOTSTRAP_PORT] = str(bootstrap_port)
     return out
 
 
@@ -200,6 +234,7 @@ def engine_from_pod(pod: Mapping[str, Any], default_port: int, role: EngineRole 
         moriio_handshake_port=_int(annotations, ANNOTATION_MORIIO_HANDSHAKE_PORT, DEFAULT_MORIIO_HANDSHAKE_PORT, 1),
         moriio_notify_port=_int(annotations, ANNOTATION_MORIIO_NOTIFY_PORT, DEFAULT_MORIIO_NOTIFY_PORT, 1),
         candidate=candidate,
+        bootstrap_port=_int(annotations, ANNOTATION_BOOTSTRAP_PORT, DEFAULT_BOOTSTRAP_PORT, 1),
     )
 
 
@@ -213,6 +248,7 @@ STATIC_KEYS = {
     "dp",
     "handshake-port",
     "notify-port",
+    "bootstrap-port",
     "name",
 }
 
@@ -238,6 +274,7 @@ def engine_from_spec(role: EngineRole, spec: str, index: int) -> Engine:
         "dp": ANNOTATION_DP_SIZE,
         "handshake-port": ANNOTATION_MORIIO_HANDSHAKE_PORT,
         "notify-port": ANNOTATION_MORIIO_NOTIFY_PORT,
+        "bootstrap-port": ANNOTATION_BOOTSTRAP_PORT,
         "generation": ANNOTATION_PAIRING_GENERATION,
     }
     annotations = {mapped[k]: v for k, v in options.items() if k in mapped}
@@ -257,4 +294,5 @@ def engine_from_spec(role: EngineRole, spec: str, index: int) -> Engine:
         dp_size=_int(annotations, ANNOTATION_DP_SIZE, 1, 1, 4096),
         moriio_handshake_port=_int(annotations, ANNOTATION_MORIIO_HANDSHAKE_PORT, DEFAULT_MORIIO_HANDSHAKE_PORT, 1),
         moriio_notify_port=_int(annotations, ANNOTATION_MORIIO_NOTIFY_PORT, DEFAULT_MORIIO_NOTIFY_PORT, 1),
+        bootstrap_port=_int(annotations, ANNOTATION_BOOTSTRAP_PORT, DEFAULT_BOOTSTRAP_PORT, 1),
     )

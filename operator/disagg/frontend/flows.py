@@ -13,6 +13,9 @@ Flows:
 - `bidirectional` (NixlConnector with `bidirectional_kv_xfer`): pull, plus per-conversation state: decode runs
   non-streaming so its final `kv_transfer_params` (its blocks) can be kept, and the next turn's prefill gets them
   with `do_remote_decode: true` to read the earlier turns back from that decode engine.
+- `mooncake` (MooncakeConnector): both legs at once, paired by a shared `transfer_id`; decode gets prefill's
+  engine id and bootstrap address (`http://<pod IP>:<bootstrap port>`, where it looks prefill's workers up), and
+  prefill returns no params (its workers write into decode's blocks when decode's pull request arrives).
 - `moriio-read` / `moriio-write` (MoRIIOConnector): both peers' ZMQ addresses embedded in the request id and a
   shared `transfer_id`; read runs prefill first and forwards its returned params, write dispatches both at once.
 The API adapters (`completions`, `chat`, and `generate` for `--tokens-only` engines behind the render tier) decide
@@ -27,11 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .contract import Engine
+from .contract import FLOWS, Engine, FlowName
 from .selection import Pair
 
-FlowName = Literal["pull", "push", "bidirectional", "moriio-read", "moriio-write"]
-FLOWS: tuple[FlowName, ...] = ("pull", "push", "bidirectional", "moriio-read", "moriio-write")
+__all__ = ["FLOWS", "FlowName"]
 ApiKind = Literal["completions", "chat", "generate"]
 
 API_PATHS: dict[ApiKind, str] = {
@@ -51,6 +53,8 @@ REQUEST_ID_HEADER = "X-Request-Id"
 DP_RANK_HEADER = "X-data-parallel-rank"
 MORIIO_TRANSFER_PREFIX = "tx"
 """`MoRIIOConstants.TRANSFER_PREFIX`."""
+MOONCAKE_TRANSFER_PREFIX = "xfer"
+"""What vLLM's Mooncake proxy (`mooncake_connector_proxy.py`) puts before a transfer id."""
 
 _BLANK_PREFILL_PARAMS: dict[str, Any] = {
     "do_remote_decode": True,
@@ -231,26 +235,47 @@ def engine_request_id(api: ApiKind, request_id: str) -> str:
     return ENGINE_ID_PREFIX[api] + request_id + ("-0" if api == "completions" else "")
 
 
-def push_coordinates(prefill: Engine, api: ApiKind, request_id: str) -> dict[str, Any] | None:
+def dp_rank(engine: Engine, nonce: str) -> int | None:
+    """The data-parallel rank a concurrent flow pins a multi-rank prefill engine to (None with one rank): decode
+    must be told which rank holds the KV before prefill has run, so the frontend chooses it."""
+    return int(nonce[:8], 16) % engine.dp_size if engine.dp_size > 1 else None
+
+
+def rank_engine_id(engine_id: str, rank: int | None) -> str:
+    """vLLM gives each data-parallel rank its own engine id: `<engine_id>_dp<rank>` (`v1/engine/core.py`)."""
+    return engine_id if rank is None else f"{engine_id}_dp{rank}"
+
+
+def _rank_headers(rank: int | None) -> dict[str, str]:
+    return {} if rank is None else {DP_RANK_HEADER: str(rank)}
+
+
+def push_coordinates(prefill: Engine, api: ApiKind, request_id: str, rank: int | None = None) -> dict[str, Any] | None:
     """The prefill coordinates a push decode registers with, or None when the engine id is unknown.
 
     `remote_request_id` is required: decode's `add_new_req_to_recv` reads it without a default (a KeyError kills
     the engine core). Prefill's real id carries a random suffix no one knows before it runs, so this is the id
     without it: decode's lease heartbeats (exact match) then extend nothing, and prefill's `kv_lease_duration`
-    alone must cover the push."""
+    alone must cover the push. With data-parallel ranks, `rank` names the one prefill runs on: it listens on
+    the side-channel base port plus its rank."""
     if not prefill.engine_id:
         return None
     return {
         "do_remote_prefill": True,
         "do_remote_decode": False,
-        "remote_engine_id": prefill.engine_id,
+        "remote_engine_id": rank_engine_id(prefill.engine_id, rank),
         "remote_request_id": engine_request_id(api, request_id),
         "remote_host": prefill.host,
-        "remote_port": prefill.side_channel_port,
+        "remote_port": prefill.side_channel_port + (rank or 0),
         "tp_size": prefill.tp_size,
         "pp_size": prefill.pp_size,
         "remote_block_ids": None,
     }
+
+
+def mooncake_bootstrap_address(prefill: Engine) -> str:
+    host = f"[{prefill.host}]" if ":" in prefill.host else prefill.host
+    return f"http://{host}:{prefill.bootstrap_port}"
 
 
 def plan(
@@ -273,6 +298,8 @@ def plan(
     client_stream = request.stream
     if flow in ("moriio-read", "moriio-write"):
         return _plan_moriio(flow, request, pair, nonce, api, body, path, client_stream)
+    if flow == "mooncake":
+        return _plan_mooncake(request, pair, nonce, api, body, path, client_stream)
     request_id = nonce
     kv = dict(_BLANK_PREFILL_PARAMS)
     conversation = request.conversation_id if flow == "bidirectional" else None
@@ -280,13 +307,16 @@ def plan(
         kv = dict(readback)
         kv["do_remote_decode"] = True
         kv["do_remote_prefill"] = False
+    rank = dp_rank(pair.prefill, nonce) if flow == "push" and pair.prefill.engine_id else None
     if flow == "push":
         kv["transfer_id"] = nonce  # read by vLLM > 0.33 only; 0.32/0.33 pair by X-Request-Id
-    prefill = Leg("prefill", pair.prefill, path, _headers(request_id), prefill_body(api, body, kv), False)
+    prefill = Leg(
+        "prefill", pair.prefill, path, _headers(request_id, _rank_headers(rank)), prefill_body(api, body, kv), False
+    )
     capture = conversation is not None
     decode_streams = client_stream and not capture
     if flow == "push":
-        coordinates = push_coordinates(pair.prefill, api, request_id)
+        coordinates = push_coordinates(pair.prefill, api, request_id, rank)
         if coordinates is not None:
             coordinates["transfer_id"] = nonce
             decode = Leg(
@@ -316,6 +346,47 @@ def plan(
     return FlowPlan(
         flow, pair, request_id, prefill, None, False, decode_streams, capture, conversation, readback=bool(readback)
     )
+
+
+def _plan_mooncake(
+    request: ClientRequest,
+    pair: Pair,
+    nonce: str,
+    api: ApiKind,
+    body: Mapping[str, Any],
+    path: str,
+    client_stream: bool,
+) -> FlowPlan:
+    """MooncakeConnector (vLLM 0.32/0.33 `mooncake_connector.py`): decode's scheduler needs `remote_engine_id`,
+    `remote_bootstrap_addr` and `transfer_id` (else "Got invalid KVTransferParams" and it recomputes); prefill
+    keeps its blocks for decode only with `do_remote_decode` and a `transfer_id`. Prefill returns no params, so
+    decode cannot wait for them: both legs go out at once, as vLLM's Mooncake proxy sends them."""
+    if not pair.prefill.engine_id:
+        raise ClientError(
+            f"prefill engine {pair.prefill.name} has no known engine id, which Mooncake decode needs", 503
+        )
+    transfer_id = f"{MOONCAKE_TRANSFER_PREFIX}-{nonce}"
+    rank = dp_rank(pair.prefill, nonce)
+    prefill_kv = {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": transfer_id}
+    decode_kv = {
+        "do_remote_decode": False,
+        "do_remote_prefill": True,
+        "remote_bootstrap_addr": mooncake_bootstrap_address(pair.prefill),
+        "remote_engine_id": rank_engine_id(pair.prefill.engine_id, rank),
+        "transfer_id": transfer_id,
+    }
+    prefill = Leg(
+        "prefill",
+        pair.prefill,
+        path,
+        _headers(nonce, _rank_headers(rank)),
+        prefill_body(api, body, prefill_kv),
+        False,
+    )
+    decode = Leg(
+        "decode", pair.decode, path, _headers(nonce), decode_body(api, body, decode_kv, client_stream), client_stream
+    )
+    return FlowPlan("mooncake", pair, nonce, prefill, decode, True, client_stream, False, None, transfer_id=transfer_id)
 
 
 def _plan_moriio(

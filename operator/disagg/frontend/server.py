@@ -22,7 +22,7 @@ from aiohttp import web
 from . import flows
 from .client import EngineClient, JsonReply, LegError, StreamReply, dumps
 from .config import FrontendConfig
-from .contract import Engine
+from .contract import CONCURRENT_FLOWS, Engine
 from .conversations import ConversationStore
 from .flows import ApiKind, ClientError, ClientRequest, FlowPlan, Leg
 from .metrics import Metrics
@@ -294,7 +294,11 @@ class Frontend:
                     return rendered
                 generate_request = rendered
                 api, body = "generate", flows.generate_stream_body(rendered, False)
-            plan = flows.plan(flow, creq, pair, self.nonce(), body=body, api=api, readback=readback_params)
+            try:
+                plan = flows.plan(flow, creq, pair, self.nonce(), body=body, api=api, readback=readback_params)
+            except ClientError as e:
+                release()
+                return _error(e.status, str(e), "service_unavailable" if e.status == 503 else "invalid_request_error")
             headers["X-Request-Id"] = plan.request_id
             if plan.concurrent:
                 result = await self._concurrent(plan, creq, labels, deadline, headers, generate_request, timing)
@@ -752,7 +756,7 @@ class Frontend:
         after = await self._scrape(pair.decode, PROBE_SCRAPE_SECONDS) if scrape and before is not None else None
         ok = result.status == 200
         handed = int(result.info.get("kv_blocks_handed_off", 0) or 0)
-        concurrent = self.config.flow in ("push", "moriio-write")
+        concurrent = self.config.flow in CONCURRENT_FLOWS
         transferred = kv_transferred(handed, concurrent, before, after) if ok else False
         error = None if ok else (body or b"").decode(errors="replace")[:500]
         self.metrics.at(self.metrics.probes, "ok" if ok else "failed").inc()

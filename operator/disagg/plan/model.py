@@ -9,14 +9,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from disagg.api.resolve import PodMemory, ResolvedFamily
+from disagg import __version__
+from disagg.api.resolve import PodMemory, ResolvedFamily, RouterKind
+from disagg.api.serving import CheckMode
 from disagg.names import PoolName
+
+from .pairing import Pairing
 
 if TYPE_CHECKING:
     from .serving import ServingPlan
 
 Json = Any
-WorkloadKind = Literal["Deployment", "LeaderWorkerSet"]
+WorkloadKind = Literal["Deployment", "LeaderWorkerSet", "DaemonSet"]
+
+DEFAULT_FRONTEND_IMAGE = f"ghcr.io/disagg-dev/disagg-operator:{__version__}"
+"""The image `disagg frontend` runs from when nothing else is said: the operator's own release image."""
+
+
+@dataclass(frozen=True)
+class Installation:
+    """What the operator installation decides for every DisaggDeployment (`disagg run --frontend-image`, set by
+    the Helm chart to the operator's own image, so the frontend and the operator always come from one build)."""
+
+    frontend_image: str = DEFAULT_FRONTEND_IMAGE
+    serving_check: CheckMode = "Enforce"
+    """The serving check's mode where a spec leaves spec.serving.check.mode unset (`disagg run --serving-check`;
+    "Off" when the operator runs no checker): it decides whether engine pods carry the serving readiness gate."""
+
+
+DEFAULT_INSTALLATION = Installation()
 
 
 @dataclass(frozen=True)
@@ -76,6 +97,8 @@ class ServicePlan:
     type: str = "ClusterIP"
     headless: bool = False
     """No cluster IP: the name resolves straight to the pods' IPs (and costs no address from the Service range)."""
+    session_affinity: str | None = None
+    """`ClientIP` keeps each client on one router replica (the frontend's conversation state is per replica)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +145,14 @@ class DeploymentPlan:
     config_maps: list[ConfigMapPlan]
     rbac: RbacPlan | None
     engines: list[EngineCommand]
+    router: RouterKind | None
+    """What fronts the engines: the operator's frontend, vllm-router, a custom container, or nothing."""
     router_argv: list[str] | None
     """Arguments after `vllm-router`, or None when no vllm-router is deployed."""
+    frontend_argv: list[str] | None
+    """Arguments after `disagg frontend`, or None when the operator's frontend is not deployed."""
+    pairing: Pairing
+    """The pairing revision every engine pod carries, with its generation."""
     render_tier_argv: list[str] | None
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
     serving: ServingPlan

@@ -16,7 +16,7 @@ from disagg.api.types import EnvVar, Toleration
 from disagg.api.units import format_binary_quantity
 from disagg.names import LWS_GROUP_KEY_LABEL, POOL_HOST_ENV, POOLS, kv_config_name, pool_service_name
 
-from .connectors.base import KV_CONFIG_DIR, field_env, literal_env
+from .connectors.base import KV_CONFIG_DIR, POD_NAME_ENV, field_env, literal_env
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 PROBE_PERIOD_SECONDS = 10
@@ -28,6 +28,7 @@ def base_engine_env(deployment: ResolvedDeployment, presets: ResolvedFamily) -> 
     """Variables every engine container gets, before connector and user variables. `presets` is the family whose
     presets apply (a custom engine gets none)."""
     env = [
+        field_env(POD_NAME_ENV, "metadata.name"),
         field_env("POD_IP", "status.podIP"),
         # vLLM binds and advertises this address for its distributed and KV side channels.
         field_env("VLLM_HOST_IP", "status.podIP"),
@@ -247,3 +248,21 @@ def with_replica_affinity(fields: dict[str, Any], selector: dict[str, str], topo
 
 def tolerations(items: list[Toleration]) -> list[dict[str, Any]]:
     return [item.model_dump(by_alias=True, exclude_none=True) for item in items]
+
+
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+}
+"""The securityContext of the operator's own small containers (routers, daemons): what Pod Security's
+restricted level asks for."""
+
+
+DEFAULT_ROUTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def router_resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
+    """Every router's (the frontend's, vllm-router's, a custom one's): as written, or the defaults, never a mix."""
+    return container_resources(given, DEFAULT_ROUTER_RESOURCES)

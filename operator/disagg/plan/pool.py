@@ -7,12 +7,14 @@ from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool, effective_rollout
+from disagg.frontend.contract import engine_annotations, pairing_labels
 from disagg.names import LWS_WORKER_INDEX_ENV, SERVING_GATE, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
 from .engine_args import WORKER_INDEX, NodeRole, engine_argv
 from .model import ContainerPlan, EngineCommand, PodPlan, ServicePlan, WorkloadPlan
+from .pairing import Pairing
 from .pod import (
     base_engine_env,
     engine_resources,
@@ -43,10 +45,26 @@ class PoolPlan:
     connectors: PoolConnectors | None
 
 
-def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = False) -> PoolPlan:
+def engine_contract(
+    pool: ResolvedPool, pairing: Pairing, http: int = ENGINE_HTTP_PORT
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations the frontend reads from an engine pod (frontend/contract.py); the connector
+    wirings add theirs (NIXL side channel, MoRI-IO ports, Mooncake bootstrap port)."""
+    spec = pool.spec
+    annotations = engine_annotations(
+        generation=pairing.generation,
+        http_port=http,
+        tp_size=spec.tensor_parallel,
+        pp_size=spec.pipeline_parallel,
+        dp_size=spec.data_parallel,
+    )
+    return pairing_labels(pairing.revision), annotations
+
+
+def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing, gated: bool = False) -> PoolPlan:
     """`gated`: the pods carry the serving readiness gate and roll with GATED_ROLLOUT defaults (api/resolve.py)."""
     if pool.custom is not None:
-        return _custom_pool(deployment, pool, gated)
+        return _custom_pool(deployment, pool, pairing, gated)
     context = PoolContext(
         deployment.name,
         pool,
@@ -54,6 +72,8 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = 
         deployment.kv_cache,
         deployment.mooncake_store,
         deployment.lmcache,
+        deployment.router,
+        deployment.pegaflow,
     )
     connectors = pool_connectors(context)
     drain_setting = pool.engine.shutdown_timeout_seconds
@@ -65,7 +85,7 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool = 
         for node_role in node_roles
     }
     pods = {
-        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, gated)
+        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, pairing, gated)
         for node_role in node_roles
     }
     api_pod = pods[node_roles[0]]
@@ -86,9 +106,11 @@ def _engine_pod(
     connectors: PoolConnectors,
     argv: list[str],
     node_role: NodeRole,
+    pairing: Pairing,
     gated: bool,
 ) -> PodPlan:
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
+    contract_labels, contract_annotations = engine_contract(pool, pairing)
     ports = ([http_port()] if node_role != "worker" else []) + connectors.ports
     network = deployment.transfer.network
     container = ContainerPlan(
@@ -106,11 +128,11 @@ def _engine_pod(
         lifecycle=pre_stop(gated and node_role != "worker"),
     )
     return PodPlan(
-        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role)},
-        annotations={**pool.spec.pod_annotations, **connectors.annotations},
+        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role), **contract_labels},
+        annotations={**pool.spec.pod_annotations, **contract_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool, gated and node_role != "worker"),
+        spec_extra=_pod_extra(deployment, pool, gated and node_role != "worker", host_ipc=connectors.host_ipc),
     )
 
 
@@ -136,11 +158,15 @@ def _worker_argv_for_index(argv: list[str], layout: ReplicaLayout, index: int) -
     return resolved
 
 
-def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) -> dict[str, Any]:
+def _pod_extra(
+    deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool, host_ipc: bool = False
+) -> dict[str, Any]:
     spec = pool.spec
     extra: dict[str, Any] = {}
     if gated:
         extra["readinessGates"] = [{"conditionType": SERVING_GATE}]
+    if host_ipc:
+        extra["hostIPC"] = True
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
     extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
@@ -198,7 +224,7 @@ def _pool_service(
     )
 
 
-def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool) -> PoolPlan:
+def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing, gated: bool) -> PoolPlan:
     """A non-vLLM engine (e.g. a TileRT decode server): its own image and command, our labels, GPUs and probes."""
     custom = pool.custom
     assert custom is not None
@@ -221,9 +247,14 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
         lifecycle=pre_stop(gated),
     )
+    contract_labels, contract_annotations = engine_contract(pool, pairing, custom.port)
     pod = PodPlan(
-        labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role, app_name="custom-engine")},
-        annotations=dict(pool.spec.pod_annotations),
+        labels={
+            **pool.spec.pod_labels,
+            **common_labels(deployment.name, pool.role, app_name="custom-engine"),
+            **contract_labels,
+        },
+        annotations={**pool.spec.pod_annotations, **contract_annotations},
         containers=[container],
         volumes=volumes,
         spec_extra=_pod_extra(deployment, pool, gated),

@@ -8,6 +8,7 @@ from disagg.api.engine import ChatSettings
 from disagg.api.frontend import RenderTierSpec
 from disagg.api.model import ModelSpec
 from disagg.api.resolve import ResolvedDeployment
+from disagg.frontend.contract import ANNOTATION_HTTP_PORT
 from disagg.names import child_name, common_labels, selector_labels
 
 from .engine_args import chat_argv
@@ -71,7 +72,9 @@ def plan_render_tier(deployment: ResolvedDeployment) -> RenderTierPlan | None:
         extra["nodeSelector"] = dict(tier.placement.node_selector)
     if tier.placement.tolerations:
         extra["tolerations"] = tolerations(tier.placement.tolerations)
-    pod = PodPlan(labels=labels, annotations={}, containers=[container], volumes=[volume], spec_extra=extra)
+    # The frontend finds render servers by this port (the pod contract); engines carry theirs too.
+    annotations = {ANNOTATION_HTTP_PORT: str(tier.port)}
+    pod = PodPlan(labels=labels, annotations=annotations, containers=[container], volumes=[volume], spec_extra=extra)
     workload = WorkloadPlan(
         "Deployment",
         name,

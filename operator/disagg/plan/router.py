@@ -1,18 +1,20 @@
-"""vllm-router in P/D mode (or a custom router container), its RBAC, and the user-facing Service."""
+"""The router in front of the engines: the operator's frontend (plan/frontend.py), vllm-router or a custom router
+container; its RBAC and headless Service; and the user-facing Service."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from disagg.api.frontend import ResourceRequirements, RouterSpec, ServiceSpec
+from disagg.api.frontend import DEFAULT_ROUTER_IMAGE, RouterSpec, ServiceSpec
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import ResolvedDeployment, ResolvedPool, ResolvedTransfer
 from disagg.names import child_name, common_labels, selector_labels
 
 from .connectors.base import field_env
-from .model import ContainerPlan, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
-from .pod import container_resources, pool_host_env, tolerations, user_env
+from .frontend import frontend_argv, frontend_container
+from .model import ContainerPlan, Installation, PodPlan, RbacPlan, ServicePlan, WorkloadPlan
+from .pod import RESTRICTED_CONTAINER, pool_host_env, router_resources, tolerations, user_env
 
 ROUTER_ROLE_RULES: tuple[dict[str, list[str]], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
@@ -24,6 +26,7 @@ DEFAULT_DECODE_POLICY = "power_of_two"
 ROUTER_PROTOCOL = {"nixl": "nixl", "nixl-push": "nixl", "mooncake": "mooncake", "moriio": "moriio", "lmcache": "nixl"}
 """The P/D protocol vllm-router speaks per connector. LMCache moves KV through its server, so the router only has to
 run prefill before decode, which its NIXL mode does."""
+APP_NAMES = {"disagg-frontend": "disagg-frontend", "vllm-router": "vllm-router", "custom": "custom-router"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class RouterPlan:
     service: ServicePlan
     rbac: RbacPlan | None
     argv: list[str] | None
+    """vllm-router's arguments."""
+    frontend_argv: list[str] | None
+    """`disagg frontend`'s arguments."""
 
 
 def router_protocol(transfer: ResolvedTransfer) -> str | None:
@@ -60,19 +66,45 @@ def router_argv(router: RouterSpec, transfer: ResolvedTransfer, pools: tuple[Res
     return argv
 
 
-def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
+def _vllm_router_container(
+    deployment: ResolvedDeployment, env: list[dict[str, Any]]
+) -> tuple[ContainerPlan, list[str]]:
     router = deployment.frontend.router
     transfer = deployment.transfer
-    custom = router.custom_container
-    protocol = router_protocol(transfer)
-    if custom is None and protocol is None:
+    argv = router_argv(router, transfer, deployment.pools)
+    ports: list[dict[str, Any]] = [
+        {"name": "http", "containerPort": router.port, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": router.metrics_port, "protocol": "TCP"},
+    ]
+    if router_protocol(transfer) == "moriio":
+        ports.append({"name": "registration", "containerPort": transfer.moriio.proxy_ping_port, "protocol": "TCP"})
+    container = ContainerPlan(
+        name="router",
+        image=router.image or DEFAULT_ROUTER_IMAGE,
+        image_pull_policy="IfNotPresent",
+        command=["vllm-router"],
+        args=argv,
+        env=[*env, *user_env(router.env)],
+        ports=ports,
+        resources=router_resources(router.resources),
+        probes=http_probes("/liveness", "/readiness"),
+        volume_mounts=[{"name": "tmp", "mountPath": "/tmp"}],
+        security_context=RESTRICTED_CONTAINER,
+    )
+    return container, argv
+
+
+def plan_router(deployment: ResolvedDeployment, installation: Installation) -> RouterPlan | None:
+    kind = deployment.router
+    if kind is None:
         return None
+    router = deployment.frontend.router
+    custom = router.custom_container
     name = child_name(deployment.name, "router")
-    labels = common_labels(deployment.name, "router", app_name="custom-router" if custom else None)
+    labels = common_labels(deployment.name, "router", app_name=APP_NAMES[kind])
     env = [field_env("POD_NAMESPACE", "metadata.namespace"), *pool_host_env(deployment.name)]
-    port = custom.port if custom else router.port
-    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     argv: list[str] | None = None
+    fe_argv: list[str] | None = None
     if custom is not None:
         container = ContainerPlan(
             name="router",
@@ -81,36 +113,21 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
             command=list(custom.command),
             args=list(custom.args),
             env=[*env, *user_env(custom.env), *user_env(router.env)],
-            ports=ports
+            ports=[{"name": "http", "containerPort": custom.port, "protocol": "TCP"}]
             + [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in sorted(custom.extra_ports.items())],
-            resources=_resources(router.resources),
-            probes=_router_probes(custom.health_path, custom.health_path),
+            resources=router_resources(router.resources),
+            probes=http_probes(custom.health_path, custom.health_path),
         )
+    elif kind == "vllm-router":
+        container, argv = _vllm_router_container(deployment, env)
     else:
-        argv = router_argv(router, transfer, deployment.pools)
-        ports.append({"name": "metrics", "containerPort": router.metrics_port, "protocol": "TCP"})
-        if protocol == "moriio":
-            ports.append({"name": "registration", "containerPort": transfer.moriio.proxy_ping_port, "protocol": "TCP"})
-        container = ContainerPlan(
-            name="router",
-            image=router.image,
-            image_pull_policy="IfNotPresent",
-            command=["vllm-router"],
-            args=argv,
-            env=[*env, *user_env(router.env)],
-            ports=ports,
-            resources=_resources(router.resources),
-            probes=_router_probes("/liveness", "/readiness"),
-            volume_mounts=[{"name": "tmp", "mountPath": "/tmp"}],
-            security_context={
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-                "readOnlyRootFilesystem": True,
-                "runAsNonRoot": True,
-            },
-        )
-    # Only vllm-router's Kubernetes discovery calls the API; every other router gets no identity and no token.
-    discovers = custom is None and protocol != "moriio"
+        fe_argv = frontend_argv(deployment)
+        container = frontend_container(deployment, installation, fe_argv, env)
+    # Only routers that discover engine pods call the API (our frontend always; vllm-router except in MoRI-IO mode,
+    # where engines register over ZMQ); every other router gets no identity and no token (D77).
+    discovers = kind == "disagg-frontend" or (
+        kind == "vllm-router" and router_protocol(deployment.transfer) != "moriio"
+    )
     extra: dict[str, Any] = {"serviceAccountName": name} if discovers else {"automountServiceAccountToken": False}
     if router.placement.node_selector:
         extra["nodeSelector"] = dict(router.placement.node_selector)
@@ -135,22 +152,15 @@ def plan_router(deployment: ResolvedDeployment) -> RouterPlan | None:
         {"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP"}
         for p in container.ports
     ]
-    # Headless: engines (MoRI-IO registration) and Prometheus reach each router pod by name, and no Service
-    # address is spent; the user-facing Service `<name>` is the one with a cluster IP.
+    # Headless: engines (MoRI-IO registration), Prometheus and the operator reach each router pod by name (the
+    # frontend's admin port too), and no Service address is spent; the user-facing `<name>` has the cluster IP.
     service = ServicePlan(name, labels, selector_labels(deployment.name, "router"), service_ports, headless=True)
     rules = [{key: list(value) for key, value in rule.items()} for rule in ROUTER_ROLE_RULES]
     rbac = RbacPlan(name, labels, rules) if discovers else None
-    return RouterPlan(workload, service, rbac, argv)
+    return RouterPlan(workload, service, rbac, argv, fe_argv)
 
 
-DEFAULT_ROUTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
-
-
-def _resources(given: ResourceRequirements) -> dict[str, dict[str, str]]:
-    return container_resources(given, DEFAULT_ROUTER_RESOURCES)
-
-
-def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:
+def http_probes(liveness: str, readiness: str) -> dict[str, Any]:
     return {
         "livenessProbe": {
             "httpGet": {"path": liveness, "port": "http"},
@@ -167,19 +177,24 @@ def _router_probes(liveness: str, readiness: str) -> dict[str, Any]:
     }
 
 
-def user_facing_service(deployment: str, service: ServiceSpec, decode: ResolvedPool, has_router: bool) -> ServicePlan:
-    """The Service `<name>`: the router when there is one, else the decode pool's API pods directly."""
+def user_facing_service(deployment: ResolvedDeployment, service: ServiceSpec, has_router: bool) -> ServicePlan:
+    """The Service `<name>`: the router's API port when there is one, else the decode pool's API pods directly.
+    The frontend's admin port is never on it. With bidirectional multi-turn, each client sticks to one router
+    replica, whose conversation state lets the next turn read its history back."""
+    name = deployment.name
     if has_router:
-        selector = selector_labels(deployment, "router")
-        labels = common_labels(deployment, "router")
+        selector = selector_labels(name, "router")
+        labels = common_labels(name, "router", app_name=APP_NAMES[deployment.router or "custom"])
     else:
-        selector = dict(decode.api_selector)
-        labels = common_labels(deployment, "decode")
+        selector = dict(deployment.decode.api_selector)
+        labels = common_labels(name, "decode")
+    sticky = has_router and deployment.router == "disagg-frontend" and deployment.flow == "bidirectional"
     return ServicePlan(
-        deployment,
+        name,
         {**service.labels, **labels},
         selector,
         [{"name": "http", "port": service.port, "targetPort": "http", "protocol": "TCP"}],
         annotations=dict(service.annotations),
         type=service.type,
+        session_affinity="ClientIP" if sticky else None,
     )

@@ -1,7 +1,8 @@
 """How the serving check reaches the P/D path, and what it gates (decided here, once).
 
-- `pairs`: the frontend is the operator's own (`disagg frontend`, recognised by its `admin` port): the check asks it
-  to probe every prefill/decode pair through its admin API. With mode Enforce the engine pods get the serving
+- `pairs`: the frontend is the operator's own (`disagg frontend`: the default router, or a custom router container
+  with an `admin` port; api/resolve.py probes_pairs decides it for the planner and validation alike): the check asks
+  it to probe every prefill/decode pair through its admin API. With mode Enforce the engine pods get the serving
   readiness gate (Ready only once their pairs serve) and both pools roll with maxSurge 100%, maxUnavailable 0, so the
   operator can pace a rollout of the pairing revision without lowering capacity (D102, D103). LeaderWorkerSet pools
   get no gate: their group readiness and rollout are LeaderWorkerSet's (D104).
@@ -14,16 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from disagg.api.resolve import ResolvedDeployment
+from disagg.api.resolve import ResolvedDeployment, probes_pairs
+from disagg.api.resolve import gates_pools as resolved_gates_pools
 from disagg.api.serving import CheckMode, RemediationAction, StuckPolicy
 from disagg.api.units import parse_duration
-from disagg.frontend.contract import LABEL_PAIRING_REVISION
 from disagg.names import FRONTEND_ADMIN_PORT, Role, selector_labels
 
 from .model import ContainerPlan, WorkloadPlan
 
 ADMIN_PORT_NAME = FRONTEND_ADMIN_PORT
-DEFAULT_MODE: CheckMode = "Enforce"
 CheckMethod = Literal["pairs", "endpoint"]
 DRAIN_SECONDS = 30
 """vLLM's --shutdown-timeout for gated engines whose spec leaves it unset. vLLM's own default (0) aborts in-flight
@@ -91,9 +91,9 @@ def effective_mode(deployment: ResolvedDeployment, default: CheckMode) -> CheckM
     return deployment.serving.check.mode or default
 
 
-def gates_pools(deployment: ResolvedDeployment, router: WorkloadPlan | None, default: CheckMode) -> bool:
-    """Whether engine pods get the serving readiness gate (single-node pools only; see the module docstring)."""
-    return effective_mode(deployment, default) == "Enforce" and frontend_admin_port(router) is not None
+def gates_pools(deployment: ResolvedDeployment, default: CheckMode) -> bool:
+    """Whether engine pods get the serving readiness gate (single-node pools only): api/resolve.py decides it."""
+    return resolved_gates_pools(deployment.router, deployment.frontend, effective_mode(deployment, default))
 
 
 def plan_serving(
@@ -104,7 +104,9 @@ def plan_serving(
     rollout = deployment.serving.rollout
     admin = frontend_admin_port(router)
     role: Role
-    if admin is not None:
+    if probes_pairs(deployment.router, deployment.frontend):
+        # The planner places the admin port exactly when the router is the operator's frontend.
+        assert admin is not None, "the operator's frontend has an admin port"
         method: CheckMethod = "pairs"
         role, port = "router", admin
     elif router is not None:
@@ -120,7 +122,7 @@ def plan_serving(
         role=role,
         selector=selector,
         port=port,
-        gated=gates_pools(deployment, router, default),
+        gated=gates_pools(deployment, default),
         interval=float(parse_duration(check.interval)),
         deadline=float(parse_duration(check.deadline)),
         failure_threshold=check.failure_threshold,
@@ -132,8 +134,3 @@ def plan_serving(
         on_stuck=rollout.on_stuck,
         model=deployment.model.served_name or deployment.model.name,
     )
-
-
-def pairing_revision(workload: WorkloadPlan) -> str:
-    """The pairing revision a pool's pod template carries ("" before the planner renders one)."""
-    return workload.pod.labels.get(LABEL_PAIRING_REVISION, "")

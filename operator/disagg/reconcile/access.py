@@ -1,20 +1,24 @@
 """The RBAC the operator needs, derived from what it does: each grant names the call that needs it.
 
-Three sources need permissions:
+These sources need permissions:
 - the client (`kube.py`), one verb per method: `apply` is server-side apply, a PATCH that creates what does not exist
-  yet, and the API server authorizes such a create as `create`; `list`, `get`, `delete`; `patch_status` patches the
+  yet, and the API server authorizes such a create as `create`; `get`, `delete`; `patch_status` patches the
   status subresource; `create_event` creates Events;
-- kopf (`operator.py`): it lists and watches the DisaggDeployments and every child kind it is told to, lists and
-  watches CRDs to notice resources appearing, lists and watches namespaces when it is given a list of them, and
-  creates Events of its own;
+- the informers (`informer.py`): they list and watch every child kind and the children's pods, which the pass then
+  reads from the cache instead of asking the API server (and the pool Deployments' ReplicaSets, D143);
+- kopf (`operator.py`): it lists and watches the DisaggDeployments, lists and watches CRDs to notice resources
+  appearing, lists and watches namespaces when it is given a list of them, and creates Events of its own;
+- the leader elector (`leader.py`), in the operator's own namespace only: it reads, creates and updates its Lease
+  and records the handover as an Event on it;
 - what the API server asks of whoever writes these objects: RBAC lets a subject grant only permissions it holds, so
   the operator must hold what the router's Role grants; and setting `blockOwnerDeletion` on a child (every owner
   reference does, `plan/build.py`) needs `update` on the owner's finalizers where the OwnerReferencesPermission-
   Enforcement admission plugin runs.
 
-Nothing else is granted. tests/unit/reconcile/test_access.py holds the client grants to the requests the reconciler
-and the scaler really send (every request permitted, every client grant used), and e2e/rbac, the chart and
-manifests/ to these rules; e2e/test_rbac.py checks the operator's ServiceAccount holds exactly them.
+Nothing else is granted. tests/unit/reconcile/test_access.py holds the client and informer grants to the requests the
+reconciler, the informers and the scaler really send, and the leader election grants to the elector's (every
+request permitted, every such grant used), and e2e/rbac, the chart and manifests/ to these rules;
+e2e/test_rbac.py checks the operator's ServiceAccount holds exactly them.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from disagg.names import (
     DISAGG_DEPLOYMENT,
     EVENT,
     LEADER_WORKER_SET,
+    LEASE,
     POD,
     REPLICA_SET,
     Kind,
 )
 from disagg.plan.router import ROUTER_ROLE_RULES
 
-Source = Literal["client", "kopf", "grants", "admission"]
+Source = Literal["client", "informer", "kopf", "elector", "grants", "admission"]
 VERB_ORDER = ("get", "list", "watch", "create", "patch", "update", "delete")
 
 
@@ -59,19 +64,25 @@ POOL_WORKLOAD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET)
 APPLY_VERBS = ("create", "patch")
 
 NAMESPACED: tuple[Grant, ...] = (
-    Grant(DISAGG_DEPLOYMENT.group, DISAGG_DEPLOYMENT.plural, ("get",), "client", "Kube.get at the start of a pass"),
+    Grant(DISAGG_DEPLOYMENT.group, DISAGG_DEPLOYMENT.plural, ("list", "watch"), "kopf", "kopf watches them"),
     Grant(DISAGG_DEPLOYMENT.group, f"{DISAGG_DEPLOYMENT.plural}/status", ("patch",), "client", "Kube.patch_status"),
     *_grants(CHILD_KINDS, APPLY_VERBS, "client", "Kube.apply of every rendered child (Reconciler._apply)"),
-    *_grants(CHILD_KINDS, ("list",), "client", "Kube.list of the children (Reconciler._list_children)"),
+    *_grants(CHILD_KINDS, ("list", "watch"), "informer", "the children's informers fill the cache (informer.py)"),
     *_grants(CHILD_KINDS, ("delete",), "client", "Kube.delete of children no longer wanted (Reconciler._prune)"),
     *_grants(
         CHILD_KINDS,
         ("get",),
         "client",
-        "Kube.get of a desired child the list missed, to claim it (Reconciler._claim)",
+        "Kube.get of a desired child the cache does not hold as ours, to claim it (Reconciler._claim)",
     ),
     *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
-    Grant(POD.group, POD.plural, ("list",), "client", "Kube.list of the pods: status diagnostics, the scaler"),
+    Grant(
+        POD.group,
+        POD.plural,
+        ("list", "watch"),
+        "informer",
+        "the pods' informer: status diagnostics, the scaler, the serving check",
+    ),
     Grant(
         POD.group,
         f"{POD.plural}/status",
@@ -89,13 +100,12 @@ NAMESPACED: tuple[Grant, ...] = (
     Grant(
         REPLICA_SET.group,
         REPLICA_SET.plural,
-        ("list",),
-        "client",
-        "Kube.list of ReplicaSets: which pods are our workloads' (Reconciler._own_pods) and the pod templates to roll "
-        "a stuck rollout back to (Reconciler._hold_templates)",
+        ("list", "watch"),
+        "informer",
+        "the ReplicaSets' informer: which pods are our workloads' (Reconciler._own_pods) and the pod templates to "
+        "roll a stuck rollout back to (Reconciler._hold_templates)",
     ),
     Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),
-    *_grants((DISAGG_DEPLOYMENT, *CHILD_KINDS), ("list", "watch"), "kopf", "kopf watches them (build_registry)"),
     *(
         Grant(group, resource, tuple(rule["verbs"]), "grants", "the router's Role grants it (plan/router.py)")
         for rule in ROUTER_ROLE_RULES
@@ -121,6 +131,12 @@ CLUSTER: tuple[Grant, ...] = (
         cluster_scope=True,
     ),
 )
+
+LEADER_ELECTION: tuple[Grant, ...] = (
+    Grant(LEASE.group, LEASE.plural, ("get", "create", "update"), "elector", "LeaderElector: get, create, replace"),
+    Grant(EVENT.group, EVENT.plural, ("create",), "elector", "LeaderElector._announce: the handover, on the Lease"),
+)
+"""Granted only in the operator's own namespace, where its Lease lives (a Role there, in every mode)."""
 
 NAMESPACE_MODE: tuple[Grant, ...] = (
     Grant("", "namespaces", ("list", "watch"), "kopf", "kopf's namespace observer", cluster_scope=True),
@@ -148,6 +164,11 @@ def rules(grants: tuple[Grant, ...]) -> list[dict[str, Any]]:
 def cluster_wide_rules() -> list[dict[str, Any]]:
     """The ClusterRole of an operator watching every namespace."""
     return rules(CLUSTER) + rules(NAMESPACED)
+
+
+def leader_election_rules() -> list[dict[str, Any]]:
+    """The Role in the operator's own namespace."""
+    return rules(LEADER_ELECTION)
 
 
 def permits(rule_list: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

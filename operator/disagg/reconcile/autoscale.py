@@ -1,7 +1,9 @@
 """The scaler's shell: collect metrics, call the pure policy, write replicas through the replicas field manager.
 
 It runs inside a DisaggDeployment's reconcile pass (so status has one writer) whenever the pass falls due by
-spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval.
+spec.scaling.interval; the reconciler re-queues scaled DisaggDeployments at that interval. What the policy learned
+is kept in memory and, through the pass's status patch, in `status.scalerState` (`memory`/`restore`), so a new
+leader or a restarted operator continues with it (D126).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from disagg.plan.model import DeploymentPlan
 from disagg.scaling.policy import Decision, PolicyConfig, PolicyState, config_from_spec, decide
 from disagg.scaling.snapshot import Observation
 
-from . import metrics
+from . import metrics, scaler_memory
 from .children import REPLICAS_MANAGER, ChildKey
 from .conditions import ConditionUpdate
 from .events import Notice
@@ -71,6 +73,7 @@ class Autoscaler:
         self.configs: dict[Key, tuple[DisaggDeploymentSpec, PolicyConfig]] = {}
         """The policy's config per deployment, built once per spec and rebuilt only when the spec changes."""
         self.next_due: dict[Key, float] = {}
+        self.evaluated_at: dict[Key, float] = {}
 
     async def close(self) -> None:
         await self.direct.close()
@@ -81,6 +84,7 @@ class Autoscaler:
         self.states.pop(key, None)
         self.configs.pop(key, None)
         self.next_due.pop(key, None)
+        self.evaluated_at.pop(key, None)
         sources: list[ObservationSource] = [self.direct, *self.prometheus.values()]
         for source in sources:
             source.forget(*key)
@@ -91,6 +95,30 @@ class Autoscaler:
             cached = (spec, config_from_spec(spec))
             self.configs[key] = cached
         return cached[1]
+
+    def reset(self) -> None:
+        """Forget every learned state (this replica stopped leading; the next leader's is in status)."""
+        for key in list(self.states):
+            self.forget(key)
+
+    def restore(self, key: Key, text: str | None, interval: float) -> None:
+        """Take the state a previous leader (or this process before a restart) wrote to status, unless this process
+        already has one of its own; the next evaluation falls due when it would have for the previous leader."""
+        if key in self.states:
+            return
+        memory = scaler_memory.decode(text)
+        if memory is None:
+            return
+        self.states[key] = memory.state
+        self.evaluated_at[key] = memory.evaluated_at
+        self.next_due[key] = memory.evaluated_at + interval
+
+    def memory(self, key: Key) -> str | None:
+        """The learned state as text for status, or None when the operator does not scale this DisaggDeployment."""
+        state = self.states.get(key)
+        if state is None:
+            return None
+        return scaler_memory.encode(scaler_memory.Memory(state, self.evaluated_at.get(key, 0.0)))
 
     async def step(
         self,
@@ -127,6 +155,7 @@ class Autoscaler:
         observation = await self._observe(key, spec, config, pods, now)
         decision = decide(config, observation, self.states.get(key), now)
         self.states[key] = decision.state
+        self.evaluated_at[key] = now
         report.condition = ConditionUpdate(
             "ScalingActive", decision.condition.status, decision.condition.reason, decision.condition.message
         )

@@ -61,6 +61,16 @@ def workload_progress(obj: dict[str, Any] | None) -> WorkloadProgress | None:
         return None
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    if obj.get("kind") == "DaemonSet":
+        # One pod per selected node: the desired count is the scheduler's, not the spec's.
+        observed = status.get("observedGeneration")
+        return WorkloadProgress(
+            desired=int(status.get("desiredNumberScheduled", 0) or 0),
+            replicas=int(status.get("currentNumberScheduled", 0) or 0),
+            ready=int(status.get("numberReady", 0) or 0),
+            updated=int(status.get("updatedNumberScheduled", 0) or 0),
+            current_generation=observed is not None and observed >= obj.get("metadata", {}).get("generation", 0),
+        )
     desired = int(spec.get("replicas", 1))
     observed = status.get("observedGeneration")
     current = observed is None or observed >= obj.get("metadata", {}).get("generation", 0)

@@ -39,6 +39,42 @@ SCALING_DESIRED = Gauge(
     ["namespace", "name", "pool"],
     registry=REGISTRY,
 )
+CLIENT_REQUESTS = Counter(
+    "disagg_kube_requests_total",
+    "Requests the reconcile workers sent to the API server, by method and status code.",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+CLIENT_WAIT = Histogram(
+    "disagg_kube_rate_limit_wait_seconds",
+    "Time a request waited for the client-side rate limit and in-flight cap before it was sent.",
+    registry=REGISTRY,
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+APPLIES_SKIPPED = Counter(
+    "disagg_objects_unchanged_total",
+    "Children not applied because neither the spec nor the live object changed since the operator applied them.",
+    ["kind"],
+    registry=REGISTRY,
+)
+CACHED_OBJECTS = Gauge(
+    "disagg_cache_objects", "Objects in the operator's watch cache, by kind.", ["kind"], registry=REGISTRY
+)
+WATCH_RESTARTS = Counter(
+    "disagg_watch_relists_total",
+    "Full lists of a kind after its watch could not continue (start, expired resource version, errors).",
+    ["kind"],
+    registry=REGISTRY,
+)
+LEADER = Gauge(
+    "disagg_leader", "1 while this replica holds the leader lease and reconciles, else 0.", registry=REGISTRY
+)
+LEADER_TRANSITIONS = Counter(
+    "disagg_leader_transitions_total",
+    "Times this replica started or stopped leading.",
+    ["change"],
+    registry=REGISTRY,
+)
 
 SERVING = Gauge(
     "disagg_serving",

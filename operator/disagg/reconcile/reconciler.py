@@ -2,6 +2,12 @@
 
 Level-triggered: every pass recomputes the full desired state from the spec and the live children, so it is safe
 after a restart, a crash mid-pass, a stale event, or any number of repeats.
+
+The pass reads the cluster from the watch cache (the DisaggDeployment, its children, its pods), never by listing
+(D121); what it writes goes into the cache at once. It applies only the children that changed since it last
+applied them (`applied.py`), and those concurrently in two waves (`names.FIRST_WAVE`, D124). Writes pass the
+leader's write gate; a replica that is not (or no longer) the leader gets `NotLeader`, and the pass stops where it
+is without reporting anything.
 """
 
 from __future__ import annotations
@@ -10,27 +16,26 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
-from disagg.api.errors import Problem
-from disagg.api.serving import CheckMode
-from disagg.api.validate import ValidationResult, validate_deployment
+from disagg.api.validate import ValidationResult
 from disagg.health.pods import controller_uid, owned_pods, owned_replica_sets
 from disagg.health.rollback import template_of, template_revision
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KINDS, POD, POOLS, REPLICA_SET, children_selector
-from disagg.plan import build_plan
-from disagg.plan.model import DeploymentPlan, WorkloadPlan
-from disagg.render import render_plan
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD, POOLS, REPLICA_SET
+from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation, WorkloadPlan
 
 from . import metrics
+from .applied import AppliedMemo, digest
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
+from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
-from .kube import Kube, KubeError
+from .kube import Kube, KubeError, NotLeader
 from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
@@ -39,6 +44,10 @@ log = logging.getLogger("disagg.reconcile")
 
 TRANSIENT_BEFORE_REPORTING = 3
 """Consecutive passes failing with a retryable error before the error is reported in status."""
+REAPPLY_SECONDS = 3600.0
+"""Unchanged children are applied again after this long anyway (applied.py)."""
+SCALER_STATE = "scalerState"
+"""The status key holding the autoscaler's learned state (scaler_memory.py, D126)."""
 
 
 def rfc3339_now() -> str:
@@ -85,23 +94,31 @@ class Reconciler:
     def __init__(
         self,
         kube: Kube,
+        cache: Cache,
         instance: str = "disagg-operator",
         clock: Callable[[], str] = rfc3339_now,
         autoscaler: Autoscaler | None = None,
+        reapply_seconds: float = REAPPLY_SECONDS,
+        installation: Installation = DEFAULT_INSTALLATION,
         serving: ServingChecker | None = None,
-        serving_default: CheckMode = "Enforce",
     ) -> None:
-        """`serving`: the serving check (None: no check; the status then says nothing about serving).
-        `serving_default`: the check's mode where a spec leaves it unset (`disagg run --serving-check`)."""
+        """`serving`: the serving check (None: no check; the status then says nothing about serving, and the plan
+        gates no pod: `installation.serving_check` counts as Off). `installation.serving_check`: the check's mode
+        where a spec leaves it unset (`disagg run --serving-check`)."""
+        if serving is None:
+            installation = replace(installation, serving_check="Off")
         self.kube = kube
+        self.cache = cache
+        self.installation = installation
         self.autoscaler = autoscaler
         self.serving = serving
-        self.serving_default: CheckMode = serving_default if serving is not None else "Off"
         self.instance = instance
         self.clock = clock
         self.queue = WorkQueue()
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
+        self.applied = AppliedMemo(reapply_seconds)
+        self.cores = CoreMemo(installation=installation)
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 
@@ -118,7 +135,28 @@ class Reconciler:
         self.known.discard(key)
         self.queue.forget(key)
         self.phases.pop(key, None)
+        self.applied.drop(key)
+        self.cores.forget(key)
         self._export_phases()
+
+    def stand_down(self) -> None:
+        """This replica stopped leading: drop the queue; the keys stay known and are all reconciled on return."""
+        self.queue = WorkQueue(self.queue.base_delay, self.queue.max_delay)
+
+    def forget_writes(self) -> None:
+        """Another replica may have led since this one last did: what this one remembers of its writes and the
+        scaler's in-process state may be out of date, so the first passes apply everything and the scaler resumes
+        from status (D123, D126)."""
+        self.applied.clear()
+        if self.autoscaler is not None:
+            self.autoscaler.reset()
+        if self.serving is not None:
+            self.serving.memory.clear()  # failing streaks and drains as this replica last saw them
+
+    def request_all(self) -> None:
+        for key in sorted(self.known):
+            self.queue.add(key)
+        metrics.QUEUE_DEPTH.set(len(self.queue))
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
@@ -156,6 +194,9 @@ class Reconciler:
                 delay = self.queue.retry(key)
             else:
                 self.queue.succeeded(key)
+        except NotLeader as exc:
+            result = "not_leader"  # the new leader reconciles it; nothing of this pass is reported
+            log.info("pass of %s/%s stopped: %s", *key, exc)
         except RetryLater as exc:
             result = "retry"
             delay = self.queue.retry(key)
@@ -183,7 +224,7 @@ class Reconciler:
         """Best effort: put a failing pass in status, so the retries are never silent. When even that fails (the
         API server is unreachable, the status may not be written), the log and the error metric still say it."""
         try:
-            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, *key)
+            owner = self.cache.get(DISAGG_DEPLOYMENT.name, *key)
             if owner is None or owner["metadata"].get("deletionTimestamp"):
                 return
             previous = owner.get("status") or {}
@@ -197,77 +238,59 @@ class Reconciler:
     async def reconcile(self, key: Key) -> str:
         """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
         namespace, name = key
-        try:
-            owner = await self.kube.get(DISAGG_DEPLOYMENT.name, namespace, name)
-        except KubeError as exc:
-            raise RetryLater(str(exc)) from exc
+        owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
             self.forget(key)  # owner references let the garbage collector remove the children
             return "gone"
         generation = owner["metadata"].get("generation")
         previous = owner.get("status") or {}
-        core = self._pure_core(owner, namespace)
+        core = self.cores.get(owner)
         if isinstance(core, ValidationResult):
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
             inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        deployment_spec, plan, desired = core
-        state = PassState(key, owner, plan, live=await self._list_children(namespace, name))
-        state.held = held_revision(previous, generation) if plan.serving.gated else None
+        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
+        state.held = held_revision(previous, generation) if core.plan.serving.gated else None
+        desired = core.desired()
         if await self._claim(state, desired):
             if state.held is not None:
                 await self._hold_templates(state, desired, state.held)
             if not await self._apply(state, desired):
                 return "gone"  # the namespace and everything in it is going away
             await self._prune(state)
-        await self._observe(state, deployment_spec)
-        await self._publish(owner, compute_status(self._status_inputs(state)), state.notices)
+        await self._observe(state, core.spec)
+        await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
         return "retry" if state.apply_errors or state.missing_apis or state.conflicts else "ok"
 
-    def _pure_core(
-        self, owner: dict[str, Any], namespace: str
-    ) -> ValidationResult | tuple[DisaggDeploymentSpec, DeploymentPlan, list[dict[str, Any]]]:
-        """validate -> plan -> render. A spec the core cannot handle is reported like an invalid one (with the
-        exception's message) instead of failing every pass: retrying cannot change a pure function's answer."""
-        try:
-            result = validate_deployment(owner)
-            if result.deployment is None:
-                return result
-            plan = build_plan(result.deployment, namespace, self.serving_default)
-            return result.deployment.spec, plan, render_plan(plan)
-        except Exception as exc:
-            log.exception("rendering %s/%s failed", namespace, owner["metadata"]["name"])
-            problem = Problem(
-                "spec",
-                f"the operator could not render this spec ({type(exc).__name__}: {exc})",
-                "this is a bug in disagg-operator; please report it with the spec. Until it is fixed, change the "
-                "setting the message points at",
-            )
-            return ValidationResult(problems=[problem])
-
     async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
-        """Decide for every desired child whether it is ours to write (D70); objects we have not listed are read
-        first. False, with the conflicts recorded, when any name is taken by an object that is not ours."""
+        """Decide for every desired child whether it is ours to write (D70). A child the cache does not hold as ours
+        is read first (the watches see only labelled objects, so a foreign one at that name is not in the cache);
+        those reads run concurrently. False, with the conflicts recorded, when any name is taken by an object that is
+        not ours."""
         namespace, name = state.key
         owner_uid = state.owner["metadata"]["uid"]
+        unread = [obj for obj in desired if child_key(obj) not in state.live]
+        reads = await asyncio.gather(
+            *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj in unread), return_exceptions=True
+        )
+        read = dict(zip((child_key(obj) for obj in unread), reads, strict=True))
         for obj in desired:
             key_of = child_key(obj)
-            live = state.live.get(key_of)
-            if live is None:
-                try:
-                    live = await self.kube.get(obj["kind"], namespace, obj["metadata"]["name"])
-                except KubeError as exc:
-                    if exc.api_missing:
-                        continue  # the apply reports the missing API
-                    what = f"reading {obj['kind']}/{obj['metadata']['name']}: {exc}"
-                    if exc.transient:
-                        raise RetryLater(what) from exc
-                    # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
-                    state.apply_errors.append(what)
-                    state.claims[key_of] = Claim("unknown")
-                    continue
+            live = read[key_of] if key_of in read else state.live.get(key_of)
+            if isinstance(live, KubeError):
+                if live.api_missing:
+                    continue  # the apply reports the missing API
+                what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
+                if live.transient:
+                    raise RetryLater(what) from live
+                # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+                state.apply_errors.append(what)
+                state.claims[key_of] = Claim("unknown")
+                continue
+            if isinstance(live, BaseException):
+                raise live
             decision = claim(live, owner_uid, name)
             state.claims[key_of] = decision
             if decision.action == "conflict":
@@ -291,11 +314,7 @@ class Reconciler:
             live_template = (state.live.get(child_key(obj)) or {}).get("spec", {}).get("template") or {}
             template: dict[str, Any] | None = live_template if template_revision(live_template) == revision else None
             if template is None:
-                try:
-                    selector = ",".join(f"{k}={v}" for k, v in sorted(workload.selector.items()))
-                    replica_sets = await self.kube.list(REPLICA_SET.name, state.key[0], selector)
-                except KubeError as exc:
-                    raise RetryLater(f"listing ReplicaSets to roll back {workload.name}: {exc}") from exc
+                replica_sets = self.cache.owned(REPLICA_SET.name, *state.key)
                 live_uid = (state.live.get(child_key(obj)) or {}).get("metadata", {}).get("uid", "")
                 template = template_of(owned_replica_sets(replica_sets, live_uid), revision)
             if template is None:
@@ -306,38 +325,76 @@ class Reconciler:
             obj["spec"]["template"] = template
 
     async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
-        """Server-side apply every desired object, in apply order. False when the namespace is being deleted."""
+        """Server-side apply every desired object that is ours to write and changed: the first wave, then the rest,
+        each wave's objects concurrently. False when the namespace is being deleted."""
         state.desired = {child_key(obj) for obj in desired}
         owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
-        for obj in desired:
-            key_of = child_key(obj)
-            decision = state.claims.get(key_of)
-            if decision is not None and decision.action == "unknown":
-                continue  # reported by the claim step
-            if decision is not None and decision.uid is not None:
-                obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
-            try:
-                applied = await self._apply_child(obj, key_of in owned_elsewhere)
-            except KubeError as exc:
-                if exc.namespace_terminating:
-                    return False
-                if exc.replaced:
-                    raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass") from exc
-                if exc.api_missing:
-                    state.missing_apis.append(
-                        KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
-                    )
+        waves = [
+            [obj for obj in desired if obj["kind"] in FIRST_WAVE],
+            [obj for obj in desired if obj["kind"] not in FIRST_WAVE],
+        ]
+        created: list[str] = []
+        for wave in waves:
+            todo = []
+            for obj in wave:
+                key_of = child_key(obj)
+                decision = state.claims.get(key_of)
+                if decision is not None and decision.action == "unknown":
+                    continue  # reported by the claim step
+                elsewhere = key_of in owned_elsewhere
+                # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
+                holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
+                # The uid precondition is left out: the object it names is the live version the memo compares.
+                sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
+                if self.applied.unchanged(
+                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)
+                ):
+                    metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
                     continue
-                if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
-                    raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}") from exc
-                # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
-                # status must say so while the pass keeps being retried with backoff.
-                state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                continue
-            metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
-            if key_of not in state.live:
-                state.notices.append(Notice("Normal", "Created", f"created {obj['kind']} {obj['metadata']['name']}"))
-            state.live[key_of] = applied
+                if decision is not None and decision.uid is not None:
+                    obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
+                todo.append((obj, sent))
+            results = await asyncio.gather(
+                *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
+            )
+            retry: RetryLater | None = None
+            for (obj, sent), result in zip(todo, results, strict=True):
+                key_of = child_key(obj)
+                if isinstance(result, NotLeader):
+                    raise result
+                if isinstance(result, KubeError):
+                    exc = result
+                    if exc.namespace_terminating:
+                        return False
+                    if exc.replaced:
+                        retry = retry or RetryLater(
+                            f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass"
+                        )
+                        continue
+                    if exc.api_missing:
+                        state.missing_apis.append(
+                            KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
+                        )
+                        continue
+                    if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
+                        retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                        continue
+                    # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
+                    # status must say so while the pass keeps being retried with backoff.
+                    state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                    continue
+                if isinstance(result, BaseException):
+                    raise result
+                metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
+                if key_of not in state.live:
+                    created.append(f"{obj['kind']} {obj['metadata']['name']}")
+                state.live[key_of] = result
+                self.cache.put(obj["kind"], result)
+                self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
+            if retry is not None:
+                raise retry
+        if created:
+            state.notices.append(Notice("Normal", "Created", f"created {', '.join(created)}"))
         return True
 
     async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
@@ -358,6 +415,7 @@ class Reconciler:
     async def _prune(self, state: PassState) -> None:
         """Delete children that are ours (our controller reference) and no longer desired."""
         namespace = state.key[0]
+        pruned: list[str] = []
         for stale in select_prunable(state.desired, list(state.live.values()), state.owner["metadata"]["uid"]):
             kind, name = child_key(stale)
             try:
@@ -368,16 +426,26 @@ class Reconciler:
                 state.apply_errors.append(f"deleting {kind}/{name}: {exc}")
                 continue
             metrics.OBJECTS_PRUNED.labels(kind).inc()
-            state.notices.append(Notice("Normal", "Pruned", f"deleted {kind} {name}"))
+            pruned.append(f"{kind} {name}")
             state.live.pop((kind, name), None)
+            self.cache.delete(kind, namespace, name)
+            self.applied.drop(state.key, kind, name)
+        if pruned:
+            state.notices.append(Notice("Normal", "Pruned", f"deleted {', '.join(pruned)}"))
 
     async def _observe(self, state: PassState, spec: DisaggDeploymentSpec) -> None:
         """What the children's pods say, and the scaler's step (which may change replicas)."""
-        state.pods = await self._list_pods(*state.key)
+        state.pods = self.cache.owned(POD.name, *state.key)
+        if self.autoscaler is not None:
+            memory = (state.owner.get("status") or {}).get(SCALER_STATE)
+            self.autoscaler.restore(state.key, memory, interval_seconds(spec))
         rollout = ((state.owner.get("status") or {}).get("rollout") or {}).get("state")
         hold = f"a rollout of the pairing revision is {rollout}" if rollout in ("RollingOut", "Stuck") else None
         state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors, hold)
         state.notices += state.scaling.notices
+        for (kind, name), obj in state.live.items():  # what the scaler wrote, for the next pass
+            if obj["metadata"].get("resourceVersion") != self.cache.version(kind, state.key[0], name):
+                self.cache.put(kind, obj)
         state.serving = await self._check_serving(state)
         if state.serving is not None:
             state.notices += state.serving.notices
@@ -386,7 +454,7 @@ class Reconciler:
         if self.serving is None:
             return None
         try:
-            pods = await self._own_pods(state)
+            pods = self._own_pods(state)
             report = await self.serving.step(state.key, state.plan, state.live, pods, self.clock(), state.held)
         except KubeError as exc:
             if exc.transient:
@@ -414,8 +482,8 @@ class Reconciler:
                 self.queue.add(state.key)  # the next pass applies the previous templates
         return report
 
-    async def _own_pods(self, state: PassState) -> list[dict[str, Any]]:
-        """The listed pods that belong to this DisaggDeployment's own workloads (health/pods.py owned_pods): the
+    def _own_pods(self, state: PassState) -> list[dict[str, Any]]:
+        """The cached pods that belong to this DisaggDeployment's own workloads (health/pods.py owned_pods): the
         serving check patches, probes and deletes only those."""
         if state.plan.serving.mode == "Off":
             return state.pods
@@ -426,12 +494,8 @@ class Reconciler:
             if key[0] in ("Deployment", "LeaderWorkerSet") and controller_uid(obj) == uid
         }
         deployments = [obj["metadata"]["uid"] for (kind, _), obj in ours.items() if kind == "Deployment"]
-        replica_sets: list[dict[str, Any]] = []
-        if deployments:
-            try:
-                replica_sets = await self.kube.list(REPLICA_SET.name, state.key[0], children_selector(state.key[1]))
-            except KubeError as exc:
-                raise RetryLater(f"listing ReplicaSets to tell our pods from others: {exc}") from exc
+        # ReplicaSets come from the watch cache like the pods (an informer kind of their own, D143).
+        replica_sets = self.cache.owned(REPLICA_SET.name, *state.key) if deployments else []
         sets = [name for kind, name in ours if kind == "LeaderWorkerSet"]
         return owned_pods(state.pods, deployments, sets, replica_sets)
 
@@ -451,16 +515,10 @@ class Reconciler:
             **_serving_inputs(state.serving),
         )
 
-    async def _list_children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
+    def _children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
         live: dict[ChildKey, dict[str, Any]] = {}
         for kind in CHILD_KINDS:
-            try:
-                items = await self.kube.list(kind.name, namespace, children_selector(name))
-            except KubeError as exc:
-                if exc.api_missing:
-                    continue  # e.g. no LeaderWorkerSet API: there can be no such children either
-                raise RetryLater(str(exc)) from exc
-            for item in items:
+            for item in self.cache.owned(kind.name, namespace, name):
                 live[child_key(item)] = item
         return live
 
@@ -488,16 +546,14 @@ class Reconciler:
             self.queue.add_after(key, interval_seconds(spec))  # come back when the next evaluation is due
         return report
 
-    async def _list_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        try:
-            return await self.kube.list(POD.name, namespace, children_selector(name))
-        except KubeError as exc:
-            if exc.status == 403:  # diagnostics only: without pod read access the status just says less
-                return []
-            raise RetryLater(str(exc)) from exc
-
-    async def _publish(self, owner: dict[str, Any], report: StatusReport, notices: list[Notice]) -> None:
+    async def _publish(
+        self, owner: dict[str, Any], report: StatusReport, notices: list[Notice], state: PassState | None = None
+    ) -> None:
         """The status step, then the events step: events only once the status they describe is written."""
+        if state is not None and self.autoscaler is not None:
+            memory = self.autoscaler.memory(state.key)
+            if memory is not None:
+                report.status[SCALER_STATE] = memory
         if not await self._write_status(owner, report):
             return
         # The metric follows the status at once, not after the (slower, best-effort) events.
@@ -513,11 +569,13 @@ class Reconciler:
         patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
         patch.update(report.status)
         try:
-            await self.kube.patch_status(owner["metadata"]["namespace"], owner["metadata"]["name"], patch)
+            stored = await self.kube.patch_status(owner["metadata"]["namespace"], owner["metadata"]["name"], patch)
         except KubeError as exc:
             if exc.status == 404:
                 return False
             raise RetryLater(f"status: {exc}") from exc
+        if stored:
+            self.cache.put(DISAGG_DEPLOYMENT.name, stored)
         return True
 
     async def _record_events(self, owner: dict[str, Any], notices: list[Notice]) -> None:

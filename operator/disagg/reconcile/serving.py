@@ -24,7 +24,7 @@ from disagg.health.sample import choose_pairs
 from disagg.health.verdict import CheckState, PairRecord, Verdict, judge, not_checked
 from disagg.names import LABEL_ROLE, POOLS, SERVING_GATE, PoolName
 from disagg.plan.model import DeploymentPlan
-from disagg.plan.serving import ServingPlan, pairing_revision
+from disagg.plan.serving import ServingPlan
 
 from . import metrics
 from .children import ChildKey
@@ -90,10 +90,8 @@ def desired_replicas(plan: DeploymentPlan, live: dict[ChildKey, dict[str, Any]])
 
 
 def target_revision(plan: DeploymentPlan) -> str:
-    for workload in plan.workloads:
-        if workload.role == "decode":
-            return pairing_revision(workload)
-    return ""
+    """The pairing revision the spec asks for: plan/pairing.py's, the one every engine pod carries (D142)."""
+    return plan.pairing.revision
 
 
 class ServingChecker:
@@ -356,6 +354,9 @@ class ServingChecker:
                 )
                 self._record(report, stamp, "RecreatedEngine", victim.name, plan.replace_reason)
         frontends = self._frontends(serving, pods)
+        if plan.drain or plan.undrain:
+            # Telling the frontend what to skip is a write too: a replica that lost the lease must not (D143).
+            self.kube.check_may_write("draining pairs at the frontend")
         if plan.drain:
             reason = "failing the serving check"
             for host in frontends:

@@ -111,7 +111,8 @@ def _component(
 ) -> _Component:
     obj = live.get((plan_workload.kind, plan_workload.name))
     progress = workload_progress(obj)
-    desired = progress.desired if progress and plan_workload.replicas_owned_elsewhere else plan_workload.replicas
+    counted_by_cluster = plan_workload.replicas_owned_elsewhere or plan_workload.kind == "DaemonSet"
+    desired = progress.desired if progress and counted_by_cluster else plan_workload.replicas
     return _Component(plan_workload.role, progress, desired, tuple(problems.get(plan_workload.role, [])))
 
 
@@ -222,6 +223,8 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
         "conditions": conditions,
         "endpoint": plan.endpoint,
         "modelFamily": plan.family,
+        "pairingRevision": plan.pairing.revision,
+        "pairingGeneration": plan.pairing.generation,
     }
     for role in ("prefill", "decode"):
         component = components[role]
@@ -233,7 +236,7 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
             status[role]["servingReplicas"] = inputs.serving_engines.get(role, 0)
         elif (previous.get(role) or {}).get("servingReplicas") is not None:
             status[role]["servingReplicas"] = previous[role]["servingReplicas"]
-    for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore")):
+    for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore"), ("kv-node", "kvNode")):
         if role in components:
             status[key] = _component_status(components[role])
     serving_status = inputs.serving_status if inputs.serving_status is not None else previous.get("serving")
@@ -303,7 +306,14 @@ def _component_status(component: _Component) -> dict[str, Any]:
     }
 
 
-_STATUS_KEY = {"prefill": "prefill", "decode": "decode", "router": "router", "render": "render", "kv-store": "kvStore"}
+_STATUS_KEY = {
+    "prefill": "prefill",
+    "decode": "decode",
+    "router": "router",
+    "render": "render",
+    "kv-store": "kvStore",
+    "kv-node": "kvNode",
+}
 
 
 def _lost_pods(component: _Component, previous: dict[str, Any]) -> str | None:

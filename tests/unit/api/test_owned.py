@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from disagg.api.documents import load_documents
-from disagg.api.owned import OWNED_ENGINE_FLAGS, OWNED_ROUTER_FLAGS
+from disagg.api.owned import OWNED_ENGINE_FLAGS, OWNED_FRONTEND_FLAGS, OWNED_ROUTER_FLAGS
 from disagg.api.resolve import effective_engine
 from disagg.api.validate import validate_deployment
 from disagg.plan import build_plan
@@ -27,6 +27,7 @@ from tests.conftest import EXAMPLES, REPO
 PLAN = REPO / "operator" / "disagg" / "plan"
 ENGINE_MODULES = [PLAN / "engine_args.py", PLAN / "pool.py"]
 ROUTER_MODULES = [PLAN / "router.py"]
+FRONTEND_MODULES = [PLAN / "frontend.py"]
 FLAG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
 
 VARIANTS: list[dict[str, Any]] = [
@@ -53,6 +54,12 @@ VARIANTS: list[dict[str, Any]] = [
     {"frontend": {"render": {"enabled": True}}},
     {"transfer": {"connector": "moriio"}},
     {"transfer": {"connector": "mooncake"}},
+    {
+        "transfer": {"connector": "moriio", "moriio": {"mode": "read"}},
+        "frontend": {"router": {"implementation": "vllm-router"}},
+    },
+    {"frontend": {"router": {"implementation": "vllm-router"}}},
+    {"transfer": {"nixl": {"bidirectional": {"enabled": True}}}, "frontend": {"router": {"policy": "least_loaded"}}},
     {"model": {"name": "nvidia/NVIDIA-Nemotron-H-8B"}},
 ]
 
@@ -92,9 +99,10 @@ def _without(argv: list[str], user: list[str]) -> list[str]:
     return head[: len(head) - len(user)] + tail
 
 
-def _emitted() -> tuple[set[str], set[str]]:
+def _emitted() -> tuple[set[str], set[str], set[str]]:
     engine_flags: set[str] = set()
     router_flags: set[str] = set()
+    frontend_flags: set[str] = set()
     for document in _documents():
         result = validate_deployment(document)
         assert result.deployment is not None, result.problems
@@ -107,10 +115,13 @@ def _emitted() -> tuple[set[str], set[str]]:
         if plan.router_argv is not None:
             user = spec.frontend.router.extra_args
             router_flags |= {arg for arg in _without(plan.router_argv, user) if arg.startswith("--")}
-    return engine_flags, router_flags
+        if plan.frontend_argv is not None:
+            user = spec.frontend.router.extra_args
+            frontend_flags |= {arg for arg in _without(plan.frontend_argv, user) if arg.startswith("--")}
+    return engine_flags, router_flags, frontend_flags
 
 
-EMITTED_ENGINE, EMITTED_ROUTER = _emitted()
+EMITTED_ENGINE, EMITTED_ROUTER, EMITTED_FRONTEND = _emitted()
 
 
 @pytest.mark.parametrize("flag", sorted(_spelled_flags(ENGINE_MODULES)))
@@ -128,8 +139,16 @@ def test_every_router_flag_the_planner_emits_is_owned(flag: str) -> None:
     assert flag in OWNED_ROUTER_FLAGS, f"{flag} is rendered; add it to OWNED_ROUTER_FLAGS with the field to use"
 
 
+@pytest.mark.parametrize("flag", sorted(_spelled_flags(FRONTEND_MODULES) | EMITTED_FRONTEND))
+def test_every_frontend_flag_the_planner_emits_is_owned(flag: str) -> None:
+    assert flag in OWNED_FRONTEND_FLAGS, f"{flag} is rendered; add it to OWNED_FRONTEND_FLAGS with the field to use"
+
+
 def test_the_variants_reach_the_rare_flags() -> None:
     """The dynamic view is only as good as its inputs: the variants must switch on what the examples do not."""
     spelled = _spelled_flags(ENGINE_MODULES)
     assert spelled <= EMITTED_ENGINE, sorted(spelled - EMITTED_ENGINE)
     assert {"--prefill-selector", "--decode-selector", "--vllm-discovery-address"} <= EMITTED_ROUTER
+    assert _spelled_flags(FRONTEND_MODULES) <= EMITTED_FRONTEND, sorted(
+        _spelled_flags(FRONTEND_MODULES) - EMITTED_FRONTEND
+    )

@@ -45,6 +45,15 @@ def test_the_rule_accepts_the_nearest_valid_spec(case: BadSpec) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids)
+def test_the_rule_accepts_the_nearest_valid_spec_with_the_schema_defaults(
+    case: BadSpec, resource_schema: dict[str, Any]
+) -> None:
+    """What the operator really reads: the object as the API server stored it, schema defaults filled in."""
+    result = validate_deployment(apply_defaults(resource_schema, case.ok_document()))
+    assert result.ok, result.problems
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids)
 def test_the_api_servers_cel_rules_agree(case: BadSpec, resource_schema: dict[str, Any]) -> None:
     refused = list(violated_cel_rules(resource_schema, apply_defaults(resource_schema, case.document())))
     accepted = list(violated_cel_rules(resource_schema, apply_defaults(resource_schema, case.ok_document())))

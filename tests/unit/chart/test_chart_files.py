@@ -117,7 +117,11 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 
 BAD_VALUES = [
     ("operator.workers", 0, "operator/workers"),
-    ("operator.workers", 65, "operator/workers"),
+    ("operator.workers", 257, "operator/workers"),
+    ("operator.kubeApiQps", 0, "operator/kubeApiQps"),
+    ("operator.kubeApiInFlight", 0, "operator/kubeApiInFlight"),
+    ("replicaCount", 0, "replicaCount"),
+    ("leaderElection.leaseDurationSeconds", 1, "leaderElection/leaseDurationSeconds"),
     ("operator.resyncSeconds", 1, "operator/resyncSeconds"),
     ("operator.logLevel", "trace", "operator/logLevel"),
     ("watchNamespaces", ["Team_A"], "watchNamespaces/0"),
@@ -128,7 +132,7 @@ BAD_VALUES = [
     ("terminationGracePeriodSeconds", 5, "terminationGracePeriodSeconds"),
     ("metrics.serviceMonitor.interval", 30, "metrics/serviceMonitor/interval"),
     ("metrics.service.port", 70000, "metrics/service/port"),
-    ("replicaCount", 2, ""),  # unknown keys are refused, not ignored
+    ("replicas", 2, ""),  # unknown keys are refused, not ignored
     ("operator.threads", 2, "operator"),
 ]
 

@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from disagg.cli.run import run
+from disagg.reconcile.access import leader_election_rules
 from tests.conftest import REPO
 
 INSTALL = REPO / "manifests" / "install.yaml"
@@ -36,9 +37,12 @@ def test_it_holds_the_namespace_the_crd_and_the_operator() -> None:
     assert kinds == [
         "Namespace",
         "CustomResourceDefinition",
+        "PodDisruptionBudget",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Service",
         "Deployment",
     ]
@@ -46,7 +50,7 @@ def test_it_holds_the_namespace_the_crd_and_the_operator() -> None:
     assert namespace["metadata"]["name"] == "disagg-system"
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     for doc in documents():
-        if doc["kind"] in ("ServiceAccount", "Service", "Deployment"):
+        if doc["kind"] in ("ServiceAccount", "Service", "Deployment", "Role", "RoleBinding", "PodDisruptionBudget"):
             assert doc["metadata"]["namespace"] == "disagg-system", doc["kind"]
 
 
@@ -80,10 +84,41 @@ def test_cluster_rbac_is_exactly_the_documented_rbac() -> None:
         assert "secrets" not in rule["resources"]
 
 
+def test_the_leader_election_role_is_the_derived_one_in_the_operators_namespace() -> None:
+    documented = {doc["kind"]: doc for doc in yaml.safe_load_all(CLUSTERWIDE_RBAC.read_text())}
+    role, binding = one("Role"), one("RoleBinding")
+    assert role["rules"] == documented["Role"]["rules"] == leader_election_rules()
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "disagg-system"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    account = one("ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+
+
+def test_two_replicas_elect_a_leader_spread_over_nodes_and_keep_one_through_a_drain() -> None:
+    deployment = one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = run.make_context("run", list(container["args"][1:]))
+    assert context.params["leader_elect"] is True
+    assert context.params["leader_election_id"] == "disagg-operator"
+    env = {item["name"]: item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for item in container["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
+    budget = one("PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+
+
 def test_the_pod_meets_the_restricted_pod_security_standard() -> None:
     deployment = one("Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
@@ -121,7 +156,7 @@ def test_the_args_are_accepted_by_disagg_run() -> None:
     assert command == "run"  # the image's ENTRYPOINT is `disagg`
     assert "--all-namespaces" in options
     context = run.make_context("run", list(options))
-    assert context.params["workers"] == 4
+    assert context.params["workers"] == 16
     assert context.params["resync_seconds"] == 300
     assert context.params["all_namespaces"] is True
     assert CliRunner().invoke(run, ["--bogus"]).exit_code == 2  # make_context really parses

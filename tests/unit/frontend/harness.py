@@ -59,6 +59,8 @@ def sim_engines(
         kw = dict(options)
         if connector == "moriio":
             kw.update(moriio_handshake_port=free_port(), moriio_notify_port=free_port())
+        if connector == "mooncake":
+            kw.update(bootstrap_port=free_port())
         return SimEngine(
             fabric,
             role,
@@ -83,6 +85,7 @@ def engines_for(
             )
             spec += (
                 f",handshake-port={sim.moriio_handshake_port},notify-port={sim.moriio_notify_port},name={sim.engine_id}"
+                f",bootstrap-port={sim.bootstrap_port}"
             )
             if sim.engine_id in revisions:
                 spec += f",revision={revisions[sim.engine_id]}"

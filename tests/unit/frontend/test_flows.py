@@ -197,6 +197,56 @@ def test_push_without_a_prefill_engine_id_runs_sequentially() -> None:
     assert leg.body["kv_transfer_params"]["remote_request_id"] == f"cmpl-{NONCE}-0-1a2b3c4d"
 
 
+def test_push_to_a_data_parallel_prefill_names_the_rank_it_pins() -> None:
+    wide = Pair(
+        Engine("p", "prefill", "http://h:1", "10.0.0.1", engine_id="pod-a", side_channel_port=5600, dp_size=4), D
+    )
+    p = plan("push", request(), wide, NONCE)
+    assert p.decode is not None
+    rank = int(p.prefill.headers["X-data-parallel-rank"])
+    kv = p.decode.body["kv_transfer_params"]
+    # vLLM suffixes each rank's engine id (v1/engine/core.py) and binds its side channel at base + rank.
+    assert kv["remote_engine_id"] == f"pod-a_dp{rank}" and kv["remote_port"] == 5600 + rank
+
+
+# ---- mooncake ---------------------------------------------------------------------------------------------------
+
+
+def test_mooncake_dispatches_both_legs_paired_by_transfer_id() -> None:
+    booted = Pair(Engine("p", "prefill", "http://10.0.0.1:8000", "10.0.0.1", engine_id="pod-p", bootstrap_port=8998), D)
+    p = plan("mooncake", request(stream=True), booted, NONCE)
+    assert p.concurrent and p.decode is not None and p.decode.stream
+    prefill_kv = p.prefill.body["kv_transfer_params"]
+    decode_kv = p.decode.body["kv_transfer_params"]
+    # The scheduler keeps prefill's blocks only with do_remote_decode and a transfer_id ...
+    assert prefill_kv == {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": f"xfer-{NONCE}"}
+    # ... and decode loads only with all three of remote_engine_id, remote_bootstrap_addr and transfer_id.
+    assert decode_kv == {
+        "do_remote_decode": False,
+        "do_remote_prefill": True,
+        "remote_bootstrap_addr": "http://10.0.0.1:8998",
+        "remote_engine_id": "pod-p",
+        "transfer_id": f"xfer-{NONCE}",
+    }
+    assert p.prefill.body["max_tokens"] == 1 and p.decode.body["max_tokens"] == 20
+    assert "X-data-parallel-rank" not in p.prefill.headers
+
+
+def test_mooncake_pins_a_data_parallel_prefill_rank() -> None:
+    wide = Pair(Engine("p", "prefill", "http://h:1", "10.0.0.1", engine_id="pod-p", dp_size=2), D)
+    p = plan("mooncake", request(), wide, NONCE)
+    assert p.decode is not None
+    rank = int(p.prefill.headers["X-data-parallel-rank"])
+    assert p.decode.body["kv_transfer_params"]["remote_engine_id"] == f"pod-p_dp{rank}"
+
+
+def test_mooncake_without_a_prefill_engine_id_is_refused() -> None:
+    anonymous = Pair(Engine("p", "prefill", "http://h:1", "h"), D)
+    with pytest.raises(ClientError) as raised:
+        plan("mooncake", request(), anonymous, NONCE)
+    assert raised.value.status == 503
+
+
 # ---- bidirectional ----------------------------------------------------------------------------------------------
 
 DECODE_PARAMS = {

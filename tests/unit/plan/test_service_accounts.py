@@ -18,7 +18,16 @@ def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _calls_the_api(pod: dict[str, Any]) -> bool:
-    return any("--service-discovery" in container.get("args", []) for container in pod["containers"])
+    """vllm-router with Kubernetes discovery, or the operator's frontend, which watches the engine pods (unless told
+    to learn MoRI-IO engines from their heartbeats instead)."""
+    return any(
+        "--service-discovery" in container.get("args", [])
+        or (
+            container.get("command") == ["disagg", "frontend"]
+            and "moriio-registration" not in container.get("args", [])
+        )
+        for container in pod["containers"]
+    )
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,9 +17,19 @@ import yaml
 from disagg.api.validate import validate_deployment
 from disagg.metrics_sources.direct import DirectSource
 from disagg.names import CHILD_KINDS
-from disagg.reconcile.access import CLUSTER, NAMESPACE_MODE, NAMESPACED, cluster_wide_rules, permits, rules
+from disagg.reconcile.access import (
+    CLUSTER,
+    LEADER_ELECTION,
+    NAMESPACE_MODE,
+    NAMESPACED,
+    cluster_wide_rules,
+    leader_election_rules,
+    permits,
+    rules,
+)
 from disagg.reconcile.autoscale import Autoscaler
-from disagg.reconcile.kube import Response
+from disagg.reconcile.kube import Kube, Response
+from disagg.reconcile.leader import LeaderElector, LeaseConfig
 from disagg.render import render_deployment
 from tests.conftest import EXAMPLES, REPO
 from tests.support.engines import EnginePods
@@ -33,8 +44,9 @@ Access = tuple[str, str, str]
 
 
 class Recording(FakeApiServer):
-    """The fake API server, noting each request as RBAC sees it: GET of a name is get, of a collection list; an
-    apply is patch, and create too when it creates the object; POST is create; DELETE is delete."""
+    """The fake API server, noting each request as RBAC sees it: GET of a name is get, of a collection list, and
+    watch with watch=1; an apply is patch, and create too when it creates the object; POST is create; PUT is update;
+    DELETE is delete."""
 
     def __init__(self) -> None:
         super().__init__(namespaces=(NAMESPACE,))
@@ -48,7 +60,13 @@ class Recording(FakeApiServer):
         except (ApiError, Exception):
             return await super().request(method, path, query, body, content_type)
         resource = kind.plural + (f"/{subresource}" if subresource else "")
-        verbs = {"GET": ["get" if name else "list"], "POST": ["create"], "DELETE": ["delete"], "PATCH": ["patch"]}
+        verbs = {
+            "GET": ["get" if name else "list"],
+            "POST": ["create"],
+            "PUT": ["update"],
+            "DELETE": ["delete"],
+            "PATCH": ["patch"],
+        }
         noted = verbs[method]
         if (
             method == "PATCH"
@@ -61,13 +79,23 @@ class Recording(FakeApiServer):
         self.accesses |= {(kind.group, resource, verb) for verb in noted}
         return await super().request(method, path, query, body, content_type)
 
+    async def watch(self, path: str, query: list[tuple[str, str]]) -> AsyncIterator[dict[str, Any]]:
+        kind, _, _, _ = self._route(path)
+        self.accesses.add((kind.group, kind.plural, "watch"))
+        async for event in super().watch(path, query):
+            yield event
+
 
 async def scenario_accesses() -> set[Access]:
     """Everything one operator does over a lifetime of DisaggDeployments, as RBAC sees it."""
     server = Recording()
-    # Every child kind, including LeaderWorkerSets and a KV store's ConfigMap; an autoscaled multi-node pool.
+    # Every child kind, including LeaderWorkerSets, a KV store's ConfigMap and DaemonSet; an autoscaled multi-node pool.
     store = deployment_document(REPO / "examples" / "06-mooncake-store-agentic.yaml")
     store["spec"]["decode"]["autoscaling"] = {"enabled": True, "controller": "external"}
+    # A standalone store: its per-node client is a DaemonSet.
+    mooncake = store["spec"]["kvCache"]["store"]["mooncake"]
+    mooncake.pop("globalSegmentSize")
+    mooncake.update(mode="standalone", client={"segmentSize": "64Gi"})
     h = harness(store, server)
     await h.reconcile()
     await h.reconcile()  # the replicas hand-over reads the LeaderWorkerSet
@@ -147,10 +175,39 @@ def test_every_request_the_operator_sends_is_permitted(accesses: set[Access]) ->
     assert not refused, f"requests reconcile/access.py does not grant: {refused}"
 
 
-def test_every_grant_put_down_to_the_client_is_used(accesses: set[Access]) -> None:
-    claimed = {(g.group, g.resource, verb) for g in NAMESPACED if g.source == "client" for verb in g.verbs}
+def test_every_grant_put_down_to_the_client_and_the_informers_is_used(accesses: set[Access]) -> None:
+    claimed = {
+        (g.group, g.resource, verb) for g in NAMESPACED if g.source in ("client", "informer") for verb in g.verbs
+    }
     unused = sorted(claimed - accesses)
-    assert not unused, f"reconcile/access.py grants the client what it never asks for: {unused}"
+    assert not unused, f"reconcile/access.py grants the client and the informers what they never ask for: {unused}"
+
+
+async def election_accesses() -> set[Access]:
+    """A replica taking a Lease nobody holds, renewing it, releasing it; another taking it over from a holder that
+    stopped renewing (through every branch of the elector's calls)."""
+    server = Recording()
+    now = [0.0]
+    first = LeaderElector(Kube(server), LeaseConfig(NAMESPACE, "op", "a"), clock=lambda: now[0])
+    second = LeaderElector(Kube(server), LeaseConfig(NAMESPACE, "op", "b"), clock=lambda: now[0])
+    stop = asyncio.Event()
+    assert await first.acquire(stop)
+    assert not await second._try()  # held, and renewed just now
+    assert await first._try()  # a renewal
+    now[0] += 60  # the holder stops renewing
+    assert not await second._try()  # the record has not changed since it was seen: wait a whole lease from here
+    now[0] += 60
+    assert await second.acquire(stop)
+    await second.release()
+    return server.accesses
+
+
+def test_the_leader_election_grants_are_exactly_what_the_elector_uses() -> None:
+    used = asyncio.run(election_accesses())
+    granted = leader_election_rules()
+    assert all(permits(granted, *access) for access in used), used
+    claimed = {(g.group, g.resource, verb) for g in LEADER_ELECTION for verb in g.verbs}
+    assert claimed == used
 
 
 def test_the_operator_holds_everything_the_roles_it_renders_grant() -> None:
@@ -181,11 +238,11 @@ def test_the_child_kinds_are_exactly_the_kinds_granted_to_apply() -> None:
     assert applied == {(kind.group, kind.plural) for kind in CHILD_KINDS}
 
 
-def _documented_cluster_role() -> list[dict[str, Any]]:
+def _documented(kind: str) -> list[dict[str, Any]]:
     for document in yaml.safe_load_all((REPO / "e2e" / "rbac" / "operator-clusterwide.yaml").read_text()):
-        if document["kind"] == "ClusterRole":
+        if document["kind"] == kind:
             return list(document["rules"])
-    raise AssertionError("no ClusterRole in e2e/rbac/operator-clusterwide.yaml")
+    raise AssertionError(f"no {kind} in e2e/rbac/operator-clusterwide.yaml")
 
 
 def _chart_block(name: str) -> list[dict[str, Any]]:
@@ -197,12 +254,14 @@ def _chart_block(name: str) -> list[dict[str, Any]]:
 
 
 def test_e2e_rbac_is_the_derived_cluster_role() -> None:
-    assert _documented_cluster_role() == cluster_wide_rules(), yaml.safe_dump(cluster_wide_rules())
+    assert _documented("ClusterRole") == cluster_wide_rules(), yaml.safe_dump(cluster_wide_rules())
+    assert _documented("Role") == leader_election_rules(), yaml.safe_dump(leader_election_rules())
 
 
 def test_the_charts_rules_are_the_derived_ones() -> None:
     assert _chart_block("namespacedRules") == rules(NAMESPACED)
     assert _chart_block("clusterRules") == rules(CLUSTER)
+    assert _chart_block("leaderElectionRules") == leader_election_rules()
     rbac = (REPO / "charts" / "disagg-operator" / "templates" / "rbac.yaml").read_text()
     namespace_rule = rules(NAMESPACE_MODE)[0]
     assert (

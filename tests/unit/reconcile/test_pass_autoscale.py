@@ -18,7 +18,7 @@ from disagg.reconcile.kube import Response
 from disagg.reconcile.ownership import manages_replicas
 from tests.support.engines import EnginePods
 from tests.support.fake_kube import FakeApiServer
-from tests.support.reconciling import MINIMAL, NAMESPACE, NOW, Harness, deployment_document, harness
+from tests.support.reconciling import MINIMAL, NAMESPACE, NOW, Harness, deployment_document, harness, reconciler_for
 
 INTERVAL = 15.0
 
@@ -246,3 +246,37 @@ async def test_a_refused_replicas_write(status: int, reported: bool) -> None:
             assert "scaling: 422 Refused: replicas: admission says no" in degraded["message"]
         else:
             assert degraded["status"] == "False"  # retried quietly first, like any transient error
+
+
+async def shrinking(takeover_at: int | None, keep_memory: bool = True) -> list[int]:
+    """The idle pool of the test above, over ten intervals; at `takeover_at` another replica (a new reconciler
+    and scaler, as after a failover) takes over, with or without what the old one wrote to status."""
+    document = autoscaled(
+        decode={"replicas": 3, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 6}},
+        scaling={"slo": {"itlP90": "25ms"}, "interval": "15s", "scaleDown": {"stabilizationWindow": "60s"}},
+    )
+    history = []
+    async for scaled in scaled_harness(document):
+        for step in range(10):
+            if step == takeover_at:
+                if not keep_memory:
+                    status = dict(scaled.h.status)
+                    status.pop("scalerState")
+                    scaled.h.server.set_status("DisaggDeployment", NAMESPACE, "m", status)
+                scaled.h.reconciler.watching.stop()
+                scaled.h.reconciler = reconciler_for(scaled.h.server, instance="standby")
+                successor = Autoscaler(scaled.h.reconciler.kube, wall_clock=lambda s=scaled: s.now)
+                successor.direct = DirectSource(port=scaled.pods.port)
+                await scaled.autoscaler.close()
+                scaled.autoscaler = scaled.h.reconciler.autoscaler = successor
+            await scaled.step()
+            history.append(scaled.replicas)
+    return history
+
+
+async def test_a_new_leader_continues_the_scalers_state_from_status_so_no_pool_flaps() -> None:
+    alone = await shrinking(takeover_at=None)
+    handed_over = await shrinking(takeover_at=4)
+    assert handed_over == alone  # the same decisions at the same times, as if nothing had happened
+    forgetful = await shrinking(takeover_at=4, keep_memory=False)
+    assert forgetful != alone  # without the state the window starts over: the memory is what keeps the timing

@@ -191,7 +191,9 @@ async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
 
 async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
     document = MINIMAL.replace(
-        "decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {failureThreshold: 1}}"
+        "decode: {replicas: 1}",
+        "decode: {replicas: 1}\n  serving: {check: {failureThreshold: 1}}\n"
+        "  frontend: {router: {implementation: vllm-router}}",
     )
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
@@ -290,7 +292,9 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
     h, _frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
-    # The old revision serves (the planner's label for the new one is "" here: it renders none yet).
+    new = h.status["pairingRevision"]  # the planner's revision (plan/pairing.py), on the new pod templates
+    assert new and h.status["rollout"]["revision"] == new
+    # The old revision serves.
     for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
         create_pod(h.server, "m", name, role, gated=True, revision="old")
     create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
@@ -301,18 +305,18 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     await h.reconcile()
     assert h.condition("Serving")["status"] == "True"
     # The new revision's decode comes up first: it passes nothing (no new prefill yet) and stays unready.
-    create_pod(h.server, "m", "m-decode-new", "decode", gated=True)
+    create_pod(h.server, "m", "m-decode-new", "decode", gated=True, revision=new)
     await h.reconcile()
     assert gate(h, "m-decode-new") == {}
     rollout = h.status["rollout"]
-    assert rollout["state"] == "RollingOut" and rollout["revision"] == ""
+    assert rollout["state"] == "RollingOut" and rollout["revision"] == new
     assert {r["revision"]: (r["prefill"], r["decode"], r["waitingDecode"]) for r in rollout["revisions"]} == {
         "old": (1, 1, 0),
-        "": (0, 0, 1),
+        new: (0, 0, 1),
     }
     assert "older revisions old serve meanwhile" in rollout["waitingFor"]
     # Its prefill comes up: the new pair passes, both are admitted in the same pass.
-    create_pod(h.server, "m", "m-prefill-new", "prefill", gated=True)
+    create_pod(h.server, "m", "m-prefill-new", "prefill", gated=True, revision=new)
     await h.reconcile()
     assert gate(h, "m-decode-new")["status"] == "True" and gate(h, "m-prefill-new")["status"] == "True"
     # The Deployments remove the old pods: the rollout is complete.
@@ -338,13 +342,16 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     await h.reconcile()
     frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500 KV cache layout mismatch"
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        create_pod(h.server, "m", name, role, gated=True)
+        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
     degraded = h.condition("Degraded")
     assert degraded["reason"] == "RolloutStuck", degraded
-    assert "the rollout to pairing revision  has not completed in 60 s" in degraded["message"]
+    assert (
+        f"the rollout to pairing revision {h.status['pairingRevision']} has not completed in 60 s"
+        in degraded["message"]
+    )
     assert h.status["rollout"]["state"] == "Stuck"
     assert h.condition("Serving")["status"] == "True"  # the old pair still serves
     assert gate(h, "m-decode-new") == {} and gate(h, "m-prefill-new") == {}
@@ -367,7 +374,8 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
                 "metadata": {
                     "name": f"m-{role}-h1",
                     "namespace": NAMESPACE,
-                    "labels": {"disagg.dev/deployment": "m", "disagg.dev/role": role},
+                    # The Deployment controller labels a ReplicaSet with its template's labels (managed-by too).
+                    "labels": dict(template["metadata"]["labels"]),
                     "annotations": {"deployment.kubernetes.io/revision": "1"},
                     "ownerReferences": [
                         {
@@ -390,7 +398,7 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     kubelet(h.server)
     frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        create_pod(h.server, "m", name, role, gated=True)
+        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
@@ -421,7 +429,7 @@ async def test_without_rollback_a_stuck_rollout_keeps_the_spec_templates() -> No
     kubelet(h.server)
     frontend.behaviour = lambda p, d: p.endswith("old")
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        create_pod(h.server, "m", name, role, gated=True)
+        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
     for _ in range(8):
         clock.now += 10
         await h.reconcile()

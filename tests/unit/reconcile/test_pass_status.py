@@ -110,3 +110,28 @@ async def test_without_pod_read_access_status_still_comes() -> None:
     h.settle()
     assert await h.reconcile() == "ok"
     assert h.status["phase"] == "Ready"
+
+
+async def test_the_pairing_revision_and_its_generation_are_kept_in_status_and_on_the_pods() -> None:
+    h = harness(deployment_document(MINIMAL))
+    await h.reconcile()
+    revision, generation = h.status["pairingRevision"], h.status["pairingGeneration"]
+    assert generation == 1
+
+    def template_pairing(name: str) -> tuple[str, str]:
+        template = h.children()[("Deployment", name)]["spec"]["template"]["metadata"]
+        return template["labels"]["disagg.dev/pairing-revision"], template["annotations"][
+            "disagg.dev/pairing-generation"
+        ]
+
+    assert template_pairing("m-prefill") == template_pairing("m-decode") == (revision, "1")
+    # Scaling keeps the revision and its generation: the engine pods do not change.
+    h.edit_spec(lambda spec: spec["decode"].update(replicas=3))
+    await h.reconcile()
+    assert (h.status["pairingRevision"], h.status["pairingGeneration"]) == (revision, 1)
+    assert template_pairing("m-decode") == (revision, "1")
+    # A new engine image is a new revision on both pools, ordered after the first by its spec generation.
+    h.edit_spec(lambda spec: spec.setdefault("engine", {}).update(image="vllm/vllm-openai:v0.34.0"))
+    await h.reconcile()
+    assert h.status["pairingRevision"] != revision and h.status["pairingGeneration"] == 3
+    assert template_pairing("m-prefill") == template_pairing("m-decode") == (h.status["pairingRevision"], "3")

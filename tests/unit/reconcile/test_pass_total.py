@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from disagg.reconcile import reconciler
+from disagg.reconcile import rendered
 from tests.support.reconciling import MINIMAL, deployment_document, harness
 
 
@@ -15,7 +15,7 @@ async def test_an_exception_in_the_pure_core_becomes_an_invalid_status(monkeypat
         raise ZeroDivisionError("division by zero in the plan")
 
     h = harness(deployment_document(MINIMAL))
-    monkeypatch.setattr(reconciler, "build_plan", broken)  # type: ignore[attr-defined]
+    monkeypatch.setattr(rendered, "build_plan", broken)  # type: ignore[attr-defined]
     assert await h.reconcile() == "invalid"
     spec_valid = h.condition("SpecValid")
     assert spec_valid["status"] == "False"

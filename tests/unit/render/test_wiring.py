@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from disagg.api.units import parse_quantity
+from disagg.plan import build_plan
 from disagg.render import render_deployment
 from tests.conftest import EXAMPLES
 from tests.support.rendering import (
@@ -18,6 +19,8 @@ from tests.support.rendering import (
     planned,
     pod_templates,
     rendered,
+    router_selectors,
+    with_spec,
 )
 
 BY_STEM = {path.stem: path for path in EXAMPLES}
@@ -139,15 +142,19 @@ def test_mooncake_store_pins_its_segment_and_points_at_the_master() -> None:
     assert parse_quantity(prefill["resources"]["requests"]["memory"]) == (80 + 4) * 2**30
 
 
-def test_mooncake_prefill_advertises_its_bootstrap_port_to_the_router() -> None:
+def test_mooncake_prefill_advertises_its_bootstrap_port_to_either_router() -> None:
     objects = rendered(example("06-mooncake-store-agentic"))
     prefill = find(objects, "Deployment", "kimi-agentic-prefill")["spec"]["template"]
     assert prefill["metadata"]["annotations"]["vllm.ai/bootstrap-port"] == "8998"
     assert env_of(prefill["spec"]["containers"][0])["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == "8998"
     assert env_of(prefill["spec"]["containers"][0])["WITH_NVIDIA_PEERMEM"] == "0"
-    router_args = planned(example("06-mooncake-store-agentic")).router_argv
-    assert router_args is not None
-    assert router_args[router_args.index("--kv-connector") + 1] == "mooncake"
+    frontend = planned(example("06-mooncake-store-agentic")).frontend_argv
+    assert frontend is not None and frontend[frontend.index("--flow") + 1] == "mooncake"
+    routed = build_plan(
+        with_spec(example("06-mooncake-store-agentic"), frontend={"router": {"implementation": "vllm-router"}})
+    )
+    assert routed.router_argv is not None and routed.frontend_argv is None
+    assert routed.router_argv[routed.router_argv.index("--kv-connector") + 1] == "mooncake"
 
 
 def test_lmcache_pools_share_one_server() -> None:
@@ -160,19 +167,41 @@ def test_lmcache_pools_share_one_server() -> None:
         assert kv_config(engine_container(objects, f"llama-lmcache-{role}")) == {
             "kv_connector": "LMCacheConnectorV1",
             "kv_role": kv_role,
+            "engine_id": "$(POD_NAME)",
             "kv_load_failure_policy": "fail",
         }
 
 
-def test_moriio_engines_register_with_the_router() -> None:
+def test_moriio_engines_are_found_from_their_pods_by_the_frontend() -> None:
     plan = planned(example("05-moriio-mi300x-single-node"))
+    assert (
+        plan.frontend_argv is not None and plan.frontend_argv[plan.frontend_argv.index("--flow") + 1] == "moriio-write"
+    )
+    for engine in plan.engines:
+        extra = engine.kv_transfer_config["kv_connector_extra_config"]
+        # No proxy_ip: the engines send no heartbeats; the frontend reads their ports from the pod contract.
+        assert "proxy_ip" not in extra and extra["http_port"] == "8000"
+    objects = rendered(example("05-moriio-mi300x-single-node"))
+    for role in ("prefill", "decode"):
+        annotations = find(objects, "Deployment", f"qwen3-235b-moriio-{role}")["spec"]["template"]["metadata"]
+        assert annotations["annotations"]["disagg.dev/moriio-handshake-port"] == "6301"
+        assert annotations["annotations"]["disagg.dev/moriio-notify-port"] == "6105"
+
+
+def test_moriio_read_engines_register_with_vllm_router() -> None:
+    deployment = with_spec(
+        example("05-moriio-mi300x-single-node"),
+        frontend={"router": {"implementation": "vllm-router"}},
+        transfer={"moriio": {"mode": "read", "handshakePort": 6301, "notifyPort": 6105, "proxyPingPort": 36367}},
+    )
+    plan = build_plan(deployment, "default")
     for engine in plan.engines:
         extra = engine.kv_transfer_config["kv_connector_extra_config"]
         assert extra["proxy_ip"] == "qwen3-235b-moriio-router"
         assert extra["proxy_ping_port"] == "36367" and extra["http_port"] == "8000"
     assert plan.router_argv is not None
     assert "--vllm-discovery-address" in plan.router_argv and "--service-discovery" not in plan.router_argv
-    objects = rendered(example("05-moriio-mi300x-single-node"))
+    objects = render_deployment(deployment, "default")
     router_service = find(objects, "Service", "qwen3-235b-moriio-router")
     assert {port["port"] for port in router_service["spec"]["ports"]} >= {36367}
 
@@ -181,26 +210,12 @@ def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-def _router_selectors(argv: list[str]) -> dict[str, dict[str, str]]:
-    selectors: dict[str, dict[str, str]] = {}
-    for role in ("prefill", "decode"):
-        start = argv.index(f"--{role}-selector") + 1
-        items = []
-        for token in argv[start:]:
-            if token.startswith("--"):
-                break
-            items.append(token)
-        selectors[role] = dict(item.split("=", 1) for item in items)
-    return selectors
-
-
 @pytest.mark.parametrize(
     "stem", ["01-minimal", "06-mooncake-store-agentic", "10-qwen35-dep-multinode-decode", "12-render-tier-tokens-only"]
 )
 def test_router_selectors_match_exactly_the_api_pods_of_each_pool(stem: str) -> None:
     objects = rendered(example(stem))
     plan = planned(example(stem))
-    assert plan.router_argv is not None
     templates: list[tuple[str, dict[str, str]]] = []
     for obj in objects:
         for index, template in enumerate(pod_templates(obj)):
@@ -209,7 +224,9 @@ def test_router_selectors_match_exactly_the_api_pods_of_each_pool(stem: str) -> 
                 # LeaderWorkerSet stamps the worker index on pods: 0 for leaders, 1.. for workers.
                 labels["leaderworkerset.sigs.k8s.io/worker-index"] = "0" if index == 0 else "1"
             templates.append((f"{obj['metadata']['name']}#{index}", labels))
-    for role, selector in _router_selectors(plan.router_argv).items():
+    selectors = router_selectors(plan)
+    assert set(selectors) == ({"prefill", "decode", "render"} if "render" in stem else {"prefill", "decode"})
+    for role, selector in selectors.items():
         matched = {name for name, labels in templates if _labels_match(selector, labels)}
         assert matched == {f"{plan.name}-{role}#0"}, (role, matched)
 

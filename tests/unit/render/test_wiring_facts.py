@@ -201,11 +201,23 @@ def test_engines_are_ready_when_vllm_says_it_is_healthy(source: str) -> None:
             assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}, (where, probe)
 
 
-def test_the_router_is_ready_on_its_readiness_endpoint() -> None:
-    router = find(rendered(SOURCES["01-minimal"]), "Deployment", "qwen3-32b-router")["spec"]["template"]["spec"]
-    container = router["containers"][0]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+@pytest.mark.parametrize(
+    ("router", "ready", "alive"),
+    [
+        # The operator's frontend is ready only while a complete pair exists (D90).
+        ("{}", "/ready", "/health"),
+        ("{implementation: vllm-router}", "/readiness", "/liveness"),
+    ],
+)
+def test_the_router_is_ready_on_its_readiness_endpoint(router: str, ready: str, alive: str) -> None:
+    (deployment,) = [
+        obj
+        for obj in variant(f"  frontend: {{router: {router}}}\n")
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] == "v-router"
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": ready, "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": alive, "port": "http"}
 
 
 def test_a_custom_decode_engine_is_probed_on_its_own_health_path_and_port() -> None:

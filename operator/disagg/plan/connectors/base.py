@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from disagg.api.kvcache import KvCacheSpec, MooncakeStore
+from disagg.api.kvcache import KvCacheSpec, MooncakeStore, PegaflowStore
 from disagg.api.owned import KV_CONFIG_DIR as KV_CONFIG_DIR
-from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer
+from disagg.api.resolve import LmcacheServer, ResolvedPool, ResolvedTransfer, RouterKind
 from disagg.names import PoolName
 
 ROLE_OF_POOL: dict[PoolName, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
@@ -24,6 +24,9 @@ class PoolContext:
     kv_cache: KvCacheSpec
     mooncake_store: MooncakeStore | None
     lmcache: LmcacheServer | None
+    router: RouterKind | None = None
+    """Which router fronts the engines (MoRI-IO engines register with vllm-router only)."""
+    pegaflow: PegaflowStore | None = None
 
     @property
     def role(self) -> PoolName:
@@ -58,6 +61,8 @@ class Wiring:
     annotations: dict[str, str] = field(default_factory=dict)
     config_files: dict[str, str] = field(default_factory=dict)
     """File name -> content, shipped in the KV ConfigMap and mounted under KV_CONFIG_DIR."""
+    host_ipc: bool = False
+    """The engine pod joins the host IPC namespace (CUDA IPC with a per-node daemon, PegaFlow)."""
 
 
 def literal_env(name: str, value: str) -> dict[str, Any]:
@@ -66,3 +71,19 @@ def literal_env(name: str, value: str) -> dict[str, Any]:
 
 def field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+HOST_IP_ENV = "HOST_IP"
+"""The node's address (status.hostIP): where a per-node KV daemon on the host network listens."""
+
+
+def host_ip_env() -> dict[str, Any]:
+    return field_env(HOST_IP_ENV, "status.hostIP")
+
+
+POD_NAME_ENV = "POD_NAME"
+ENGINE_ID = f"$({POD_NAME_ENV})"
+"""Every vLLM engine's kv_transfer_config.engine_id: its pod's name (kubelet expands it in the arguments), so the
+frontend knows each engine's id from the pod alone (push and Mooncake decode name prefill's id before prefill
+runs; bidirectional finds the decode engine holding a conversation by it). vLLM appends `_dp<rank>` per
+data-parallel rank."""

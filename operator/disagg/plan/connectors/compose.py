@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ROLE_OF_POOL, PoolContext, Wiring
+from .base import ENGINE_ID, ROLE_OF_POOL, PoolContext, Wiring
 from .custom import custom_wiring
 from .lmcache import lmcache_wiring
 from .mooncake import mooncake_store_wiring, mooncake_wiring
 from .moriio import moriio_wiring
 from .nixl import nixl_wiring
 from .offloading import offloading_wiring
+from .pegaflow import pegaflow_wiring
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class PoolConnectors:
     def config_files(self) -> dict[str, str]:
         return {name: text for wiring in self.wirings for name, text in wiring.config_files.items()}
 
+    @property
+    def host_ipc(self) -> bool:
+        return any(wiring.host_ipc for wiring in self.wirings)
+
 
 def _transfer_wiring(context: PoolContext) -> Wiring:
     connector = context.transfer.connector
@@ -61,6 +66,8 @@ def _tier_wirings(context: PoolContext) -> list[Wiring]:
     if store is not None and context.role in store.pools:
         if context.mooncake_store is not None:
             wirings.append(mooncake_store_wiring(context, context.mooncake_store))
+        elif context.pegaflow is not None:
+            wirings.append(pegaflow_wiring(context, context.pegaflow))
         elif context.transfer.connector != "lmcache":
             # With connector lmcache the transfer entry already talks to the same LMCache server.
             wirings.append(lmcache_wiring(context, as_transfer=False))
@@ -78,6 +85,7 @@ def pool_connectors(context: PoolContext) -> PoolConnectors:
             "kv_role": ROLE_OF_POOL[context.role],
             "kv_connector_extra_config": {"connectors": [wiring.entry.as_json() for wiring in wirings]},
         }
+    config["engine_id"] = ENGINE_ID
     transfer = context.transfer
     if transfer.buffer_device is not None:
         config["kv_buffer_device"] = transfer.buffer_device

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from disagg.frontend.contract import ANNOTATION_SIDE_CHANNEL_PORT
+
 from .base import ROLE_OF_POOL, ConnectorEntry, PoolContext, Wiring, literal_env
 
 CONNECTOR_NAMES = {"nixl": "NixlConnector", "nixl-push": "NixlPushConnector"}
@@ -29,15 +31,23 @@ def nixl_wiring(context: PoolContext) -> Wiring:
             extra["decoder_kv_blocks_ttl"] = bidirectional.blocks_ttl_seconds
         if bidirectional.recompute_threshold is not None:
             extra["kv_recompute_threshold"] = bidirectional.recompute_threshold
+    entry = ConnectorEntry(CONNECTOR_NAMES[transfer.connector], ROLE_OF_POOL[context.role], extra)
+    return side_channel_wiring(entry, settings.side_channel_port, context.pool.spec.data_parallel)
+
+
+def side_channel_wiring(entry: ConnectorEntry, base: int, ranks: int) -> Wiring:
+    """A NIXL connector's entry with its side channel: host and port variables, container ports and the contract
+    annotation the frontend reads for push coordinates."""
     return Wiring(
-        entry=ConnectorEntry(CONNECTOR_NAMES[transfer.connector], ROLE_OF_POOL[context.role], extra),
+        entry=entry,
         # The handshake listener binds this host and advertises it to peers, so it must be the pod's own IP
         # (the default "localhost" is unreachable from other pods, and 0.0.0.0 makes decode dial itself).
         env=[
             {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            literal_env("VLLM_NIXL_SIDE_CHANNEL_PORT", str(settings.side_channel_port)),
+            literal_env("VLLM_NIXL_SIDE_CHANNEL_PORT", str(base)),
         ],
-        ports=side_channel_ports(settings.side_channel_port, context.pool.spec.data_parallel),
+        ports=side_channel_ports(base, ranks),
+        annotations={ANNOTATION_SIDE_CHANNEL_PORT: str(base)},
     )
 
 

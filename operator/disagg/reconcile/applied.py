@@ -1,0 +1,81 @@
+"""What the operator last applied to each child, so a pass skips the applies that would change nothing (D121).
+
+A child is applied again when the desired object differs from what was applied last, when the live object is not
+the version the apply returned (someone changed it: drift to repair), and in any case once `reapply_seconds` has
+passed since (a missed watch event cannot hide drift for longer). For a workload (Deployment, LeaderWorkerSet) a
+new version that changed only its status (same generation, same labels, annotations and owner references) is not
+a change: controllers write their status all the time. The memory is the process's: after a restart or a failover
+the first pass applies everything, as it should.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from disagg.names import DEPLOYMENT, LEADER_WORKER_SET
+
+from .cache import OwnerKey
+
+STATUS_WRITTEN_BY_CONTROLLERS = frozenset({DEPLOYMENT.name, LEADER_WORKER_SET.name})
+
+
+def digest(obj: Any) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode(), digest_size=16).hexdigest()
+
+
+def _metadata_digest(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return digest([metadata.get("labels"), metadata.get("annotations"), metadata.get("ownerReferences")])
+
+
+@dataclass(frozen=True)
+class _Record:
+    sent: str
+    version: str | None
+    generation: int | None
+    metadata: str
+    until: float
+
+
+class AppliedMemo:
+    def __init__(self, reapply_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.reapply_seconds = reapply_seconds
+        self.clock = clock
+        self._records: dict[OwnerKey, dict[tuple[str, str], _Record]] = {}
+
+    def unchanged(self, owner: OwnerKey, kind: str, name: str, sent: str, live: dict[str, Any] | None) -> bool:
+        """Whether applying `sent` (a digest) again would change nothing we know of."""
+        record = self._records.get(owner, {}).get((kind, name))
+        if record is None or live is None or record.sent != sent or self.clock() >= record.until:
+            return False
+        metadata = live.get("metadata") or {}
+        if metadata.get("resourceVersion") == record.version:
+            return True
+        return (
+            kind in STATUS_WRITTEN_BY_CONTROLLERS
+            and metadata.get("generation") == record.generation
+            and _metadata_digest(live) == record.metadata
+        )
+
+    def record(self, owner: OwnerKey, kind: str, name: str, sent: str, applied: dict[str, Any]) -> None:
+        metadata = applied.get("metadata") or {}
+        # Spread re-applies out, so the children of DisaggDeployments created together do not all fall due at once.
+        until = self.clock() + self.reapply_seconds * random.uniform(0.9, 1.1)
+        self._records.setdefault(owner, {})[(kind, name)] = _Record(
+            sent, metadata.get("resourceVersion"), metadata.get("generation"), _metadata_digest(applied), until
+        )
+
+    def drop(self, owner: OwnerKey, kind: str | None = None, name: str | None = None) -> None:
+        if kind is None or name is None:
+            self._records.pop(owner, None)
+        else:
+            self._records.get(owner, {}).pop((kind, name), None)
+
+    def clear(self) -> None:
+        self._records.clear()

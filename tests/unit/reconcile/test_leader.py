@@ -1,0 +1,130 @@
+"""The Lease elector against the fake API server, on clocks the test moves: who may lead, when a standby may take
+over, when a leader must stop writing, and the handover record (decision D122, D123)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from disagg.reconcile.kube import Kube, NotLeader
+from disagg.reconcile.leader import LeaderElector, LeaseConfig
+from tests.support.fake_kube import FakeApiServer
+
+NAMESPACE = "ops"
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def config(identity: str) -> LeaseConfig:
+    return LeaseConfig(
+        NAMESPACE, "disagg-operator", identity, lease_seconds=8, renew_deadline_seconds=6, retry_seconds=1.5
+    )
+
+
+def electors(server: FakeApiServer, clock: Clocks) -> tuple[LeaderElector, LeaderElector]:
+    return (
+        LeaderElector(Kube(server), config("a"), clock=clock),
+        LeaderElector(Kube(server), config("b"), clock=clock),
+    )
+
+
+def lease(server: FakeApiServer) -> dict[str, object]:
+    found = server.get("Lease", NAMESPACE, "disagg-operator")
+    assert found is not None
+    spec = found["spec"]
+    assert isinstance(spec, dict)
+    return spec
+
+
+async def test_one_replica_leads_and_a_standby_waits_a_whole_lease_without_renewals() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    assert await a.acquire(asyncio.Event()) and a.may_write()
+    assert lease(server)["holderIdentity"] == "a"
+    assert not await b._try()  # held and just renewed
+    clock.now += 7
+    assert not await b._try()  # b saw the record first at +0: a lease counts from when b saw it last change
+    clock.now += 1.5
+    assert await b._try() and lease(server)["holderIdentity"] == "b"
+    assert lease(server)["leaseTransitions"] == 1
+
+
+async def test_a_renewing_leader_is_never_taken_over() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    for _ in range(20):
+        clock.now += 1.5
+        assert await a._try()  # a renewal changes the record
+        assert not await b._try()
+    assert lease(server)["holderIdentity"] == "a"
+
+
+async def test_a_leader_that_cannot_renew_stops_writing_before_anyone_may_take_over() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    assert not await b._try()
+    clock.now += 5.9
+    assert a.may_write()
+    clock.now += 0.2  # past the renew deadline (6 s), still short of the lease (8 s) anyone else must wait
+    assert not a.may_write()
+    assert not await b._try()
+    with pytest.raises(NotLeader):
+        await Kube(server, a.may_write).create_event(NAMESPACE, {"metadata": {"generateName": "x-"}})
+
+
+async def test_releasing_hands_the_lease_over_at_the_next_try_and_the_handover_is_an_event() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    assert not await b._try()
+    await a.release()
+    assert not a.may_write() and lease(server)["holderIdentity"] == ""
+    assert await b.acquire(asyncio.Event())
+    messages = [e["message"] for e in server.objects("Event", NAMESPACE) if e["reason"] == "LeaderElection"]
+    assert messages == ["a became leader", "b became leader"]  # a released it: nobody held it when b took it
+    assert all(e["involvedObject"]["kind"] == "Lease" for e in server.objects("Event", NAMESPACE))
+
+
+async def test_hold_returns_once_another_replica_holds_the_lease() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    clock.now += 9  # a was paused: b takes the lease
+    assert not await b._try()
+    clock.now += 9
+    assert await b._try()
+    async with asyncio.timeout(5):
+        await a.hold(asyncio.Event())
+    assert not a.leading and not a.may_write()
+
+
+def test_the_timings_must_leave_the_leader_time_to_stop_first() -> None:
+    with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+        LeaseConfig(NAMESPACE, "x", "a", lease_seconds=6, renew_deadline_seconds=6, retry_seconds=1)
+
+
+async def test_a_leader_that_regains_a_lease_nobody_took_knows_nobody_else_wrote() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    await a.acquire(asyncio.Event())
+    assert a.took_over  # from nobody: whatever it remembers predates it
+    clock.now += 7  # a misses its renew deadline (a starved event loop), but b has not waited a whole lease
+    a._lost()
+    assert not await b._try()
+    assert await a.acquire(asyncio.Event()) and not a.took_over  # the record still named a
+    a._lost()
+    clock.now += 9
+    assert not await b._try()
+    clock.now += 9
+    assert await b.acquire(asyncio.Event())
+    await b.release()
+    assert await a.acquire(asyncio.Event()) and a.took_over  # b led in between
