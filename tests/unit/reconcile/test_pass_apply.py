@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from disagg.api.validate import validate_deployment
-from disagg.reconcile.reconciler import RetryLater
 from disagg.plan import build_plan
+from disagg.reconcile.reconciler import RetryLater
 from disagg.render import render_plan
 from tests.conftest import REPO
 from tests.support.reconciling import MINIMAL, NAMESPACE, Harness, deployment_document, harness, is_within
