@@ -32,6 +32,11 @@ stands for RDMA/UCX, which is why all simulated engines of one test live in one 
 Metrics use vLLM's names: `vllm:prompt_tokens_by_source_total{source=local_compute|external_kv_transfer|
 local_cache_hit}`, `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:request_success_total`,
 `vllm:nixl_num_failed_transfers_total`.
+
+Stale peers, as measured on vLLM 0.32 CPU (docs/decisions.md D105): an engine remembers the incarnation of every
+remote engine id it handshook with; after `restart()` (same engine id, same address, a fresh process) a peer still
+holding the old handshake fails its reads of it, with 500 under `kv_load_failure_policy: fail` (the default here)
+or by recomputing under `recompute`. A new engine id is a new handshake.
 """
 
 from __future__ import annotations
@@ -114,6 +119,10 @@ class SimEngine:
     model: str = "sim"
     tp_size: int = 1
     registration: str | None = None
+    load_failure_policy: Literal["fail", "recompute"] = "fail"
+    incarnation: int = 0
+    handshakes: dict[str, int] = field(default_factory=dict)
+    """remote engine id -> its incarnation when this engine handshook with it (what vLLM's agent cache holds)."""
     served: int = 0
     counters: dict[str, float] = field(default_factory=dict)
     blocks: dict[str, Blocks] = field(default_factory=dict)
@@ -367,11 +376,23 @@ class SimEngine:
             "remote_prefill_cached_tokens": cached,
         }
 
+    def restart(self) -> None:
+        """The engine's process restarts under the same engine id and address: its own handshakes and blocks are
+        gone, and peers that handshook with the previous incarnation hold stale state about it."""
+        self.incarnation += 1
+        self.handshakes.clear()
+        self.blocks.clear()
+
     def _read(self, params: dict[str, Any]) -> Blocks | None:
         """A NIXL READ of remote_request_id's blocks at remote_host:remote_port (freed once read)."""
         peer = self.fabric.reach(params.get("remote_host"), params.get("remote_port"))
         if peer is None or peer.engine_id != params.get("remote_engine_id"):
             self.count("vllm:nixl_num_failed_transfers")
+            return None
+        if self.handshakes.setdefault(peer.engine_id, peer.incarnation) != peer.incarnation:
+            self.count("vllm:nixl_num_failed_transfers")
+            if self.load_failure_policy == "fail":
+                raise SimError(500, f"NIXL_ERR_REMOTE_DISCONNECT: stale agent for remote engine {peer.engine_id}")
             return None
         blocks = peer.blocks.pop(str(params.get("remote_request_id")), None)
         if blocks is None or blocks.expires < time.monotonic():

@@ -101,11 +101,12 @@ def test_kubectl_shows_descriptions_columns_and_short_names(kube_cluster: KubeCl
     endpoint = f"http://qwen3-32b.{namespace}.svc:8000"
     for short_name in ("dd", "disagg"):
         header, row = kube_cluster.kubectl("get", short_name, "-n", namespace).splitlines()
-        assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "ENDPOINT", "AGE"]
-        assert row.split()[:5] == ["qwen3-32b", "2/2", "1/1", "Ready", endpoint]
+        assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "SERVING", "ENDPOINT", "AGE"]
+        # kwok's pods run no engine, so the operator here runs with --serving-check Off (D108): Serving is Unknown.
+        assert row.split()[:6] == ["qwen3-32b", "2/2", "1/1", "Ready", "Unknown", endpoint]
     header, row = kube_cluster.kubectl("get", "dd", "-n", namespace, "-o", "wide").splitlines()
-    assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "ENDPOINT", "MODEL", "AGE"]
-    assert row.split()[:6] == ["qwen3-32b", "2/2", "1/1", "Ready", endpoint, "Qwen/Qwen3-32B"]
+    assert header.split() == ["NAME", "PREFILL", "DECODE", "PHASE", "SERVING", "ENDPOINT", "MODEL", "AGE"]
+    assert row.split()[:7] == ["qwen3-32b", "2/2", "1/1", "Ready", "Unknown", endpoint, "Qwen/Qwen3-32B"]
 
 
 def test_gpu_pods_land_on_nodes_of_the_requested_vendor(kube_cluster: KubeCluster, namespace: str) -> None:

@@ -45,6 +45,13 @@ LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 """Variables LeaderWorkerSet's pod webhook injects into every container of a group."""
 
+SERVING_GATE = "disagg.dev/serving"
+"""The readiness gate of engine pods when the serving check enforces (and the pod condition the operator sets): a
+pod becomes Ready only once the operator has seen a pair through it serve (docs/decisions.md, D102)."""
+FRONTEND_ADMIN_PORT = "admin"
+"""The name of the operator's frontend's admin port (docs/frontend.md): probes, drains and the pair list. A router
+container with a port of this name is recognised as the operator's frontend, whose pairs the serving check probes."""
+
 BOOTSTRAP_PORT_ANNOTATION = "vllm.ai/bootstrap-port"
 """vllm-router reads the Mooncake bootstrap port of a discovered prefill pod from this fixed annotation."""
 
@@ -168,6 +175,8 @@ LEADER_WORKER_SET = Kind(
     "needs it: install LeaderWorkerSet v0.6 or newer (https://lws.sigs.k8s.io), or use nodesPerReplica 1",
 )
 POD = Kind("Pod", "v1", "pods")
+REPLICA_SET = Kind("ReplicaSet", "apps/v1", "replicasets")
+"""Read only: where a rollback finds the pod template of the revision it goes back to."""
 EVENT = Kind("Event", "v1", "events")
 LEASE = Kind("Lease", "coordination.k8s.io/v1", "leases")
 """The leader-election lock of the operator's replicas (in the operator's own namespace, never a user's)."""
@@ -192,5 +201,5 @@ name their ServiceAccount and ConfigMaps (a pod naming a missing ServiceAccount 
 off), and RBAC refuses a RoleBinding whose Role does not exist yet (its escalation check reads the Role). A kind
 not listed, including one added later, waits for these."""
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, EVENT, LEASE, DISAGG_DEPLOYMENT)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (*CHILD_KINDS, POD, REPLICA_SET, EVENT, LEASE, DISAGG_DEPLOYMENT)}
 """Every kind the operator reads or writes, by name."""

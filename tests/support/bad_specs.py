@@ -996,6 +996,75 @@ CASES: list[BadSpec] = [
         cel="spec.decode.scheduling.tolerations[0]",
         cel_message="tolerationSeconds applies to NoExecute taints only",
     ),
+    # -- the serving check ------------------------------------------------------------------------------------------
+    BadSpec(
+        "serving-interval-below-a-second",
+        {"serving": {"check": {"interval": "500ms"}}},
+        "spec.serving.check.interval",
+        "500ms would probe every pair almost continuously",
+        "use at least 1s",
+        ok={"serving": {"check": {"interval": "1s"}}},
+    ),
+    BadSpec(
+        "serving-deadline-below-a-second",
+        {"serving": {"check": {"deadline": "900ms"}}},
+        "spec.serving.check.deadline",
+        "900ms is too short for any pair to answer",
+        "use at least 1s",
+        ok={"serving": {"check": {"deadline": "1s"}}},
+    ),
+    BadSpec(
+        "serving-deadline-above-a-minute",
+        {"serving": {"check": {"deadline": "1m1s"}}},
+        "spec.serving.check.deadline",
+        "1m1s would hold a reconcile worker for that long each round",
+        "use at most 60s",
+        ok={"serving": {"check": {"deadline": "1m"}}},
+    ),
+    BadSpec(
+        "serving-cooldown-too-short",
+        {"serving": {"remediation": {"cooldown": "9s"}}},
+        "spec.serving.remediation.cooldown",
+        "9s would let engine restarts follow each other",
+        "use at least 10s",
+        ok={"serving": {"remediation": {"cooldown": "10s"}}},
+    ),
+    BadSpec(
+        "serving-drain-shorter-than-the-interval",
+        {"serving": {"check": {"interval": "30s"}, "remediation": {"drainFor": "29s"}}},
+        "spec.serving.remediation.drainFor",
+        "29s is shorter than spec.serving.check.interval (30s)",
+        "use at least the check interval",
+        ok={"serving": {"check": {"interval": "30s"}, "remediation": {"drainFor": "30s"}}},
+    ),
+    BadSpec(
+        "serving-progress-deadline-under-a-minute",
+        {"serving": {"rollout": {"progressDeadline": "59s"}}},
+        "spec.serving.rollout.progressDeadline",
+        "59s would call a rollout stuck before its new engines could load",
+        "use at least 60s",
+        ok={"serving": {"rollout": {"progressDeadline": "1m"}}},
+    ),
+    BadSpec(
+        "serving-progress-deadline-under-the-interval",
+        {
+            "serving": {
+                "check": {"interval": "2m"},
+                "remediation": {"drainFor": "5m"},
+                "rollout": {"progressDeadline": "90s"},
+            }
+        },
+        "spec.serving.rollout.progressDeadline",
+        "90s would call a rollout stuck",
+        "use at least 120s",
+        ok={
+            "serving": {
+                "check": {"interval": "2m"},
+                "remediation": {"drainFor": "5m"},
+                "rollout": {"progressDeadline": "2m"},
+            }
+        },
+    ),
 ]
 
 

@@ -18,7 +18,9 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
 - update by another client (`update`), e.g. `kubectl edit`, an HPA or a controller: it takes the fields it
   changes (operation Update), without conflicts, as the real server does;
 - GET, list with label selectors (=, ==, !=, existence), in one namespace or all of them; merge patches of
-  /status; Events with generateName; PUT with a resourceVersion precondition (409 when it is stale), as Leases use;
+  /status, and strategic merge patches of a pod's /status (conditions merged by type, a metadata.uid precondition:
+  409 on mismatch); Events with generateName; PUT with a resourceVersion precondition (409 when it is stale), as
+  Leases use;
 - watches (`watch`, the Transport's streaming call) from a resource version: every change after it in order, as
   ADDED/MODIFIED/DELETED with the object as stored then; a change that makes an object match the label selector
   is ADDED and one that makes it stop matching is DELETED, as kube-apiserver's watch cache does; a BOOKMARK with
@@ -634,7 +636,8 @@ class FakeApiServer:
     def _patch_status(
         self, kind: Kind, namespace: str, name: str, body: dict[str, Any], content_type: str
     ) -> dict[str, Any]:
-        if content_type != "application/merge-patch+json":
+        strategic = content_type == "application/strategic-merge-patch+json"
+        if content_type != "application/merge-patch+json" and not strategic:
             raise ApiError(
                 415, "UnsupportedMediaType", f"the fake patches status with merge patches, not {content_type}"
             )
@@ -642,8 +645,18 @@ class FakeApiServer:
         wanted = (body.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != entry.obj["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", _modified(kind, name))
+        uid = (body.get("metadata") or {}).get("uid")
+        if uid is not None and uid != entry.obj["metadata"]["uid"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind.plural} "{name}": Precondition failed: UID in precondition: '
+                f"{uid}, UID in object meta: {entry.obj['metadata']['uid']}",
+            )
         before = copy.deepcopy(entry.obj)
-        if "status" in body:
+        if "status" in body and strategic:
+            entry.obj["status"] = _strategic_status(entry.obj.get("status") or {}, body["status"])
+        elif "status" in body:
             entry.obj["status"] = _merge_patch(entry.obj.get("status"), body["status"])
             if entry.obj["status"] is None:
                 entry.obj.pop("status")
@@ -862,6 +875,21 @@ def _modified(kind: Kind, name: str) -> str:
         f'Operation cannot be fulfilled on {kind.resource} "{name}": the object has been modified; please apply '
         "your changes to the latest version and try again"
     )
+
+
+def _strategic_status(status: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch of a pod's status as far as the operator sends one: `conditions` merge by `type`
+    (the list's patchMergeKey), every other field as a merge patch."""
+    merged = copy.deepcopy(status)
+    for key, value in patch.items():
+        if key == "conditions" and isinstance(value, list):
+            by_type = {c.get("type"): c for c in merged.get("conditions") or []}
+            for condition in value:
+                by_type[condition.get("type")] = {**by_type.get(condition.get("type"), {}), **condition}
+            merged["conditions"] = list(by_type.values())
+        else:
+            merged[key] = _merge_patch(merged.get(key), value)
+    return merged
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:

@@ -40,6 +40,16 @@ def all_of(*changes: Change) -> Change:
 
 
 HYBRID = set_at("spec.model", {"name": "nvidia/Nemotron-H-8B"})
+OPERATORS_FRONTEND = set_at(
+    "spec.frontend.router.customContainer",
+    {
+        "image": "ghcr.io/disagg-dev/disagg-operator:0.1.0",
+        "command": ["disagg", "frontend"],
+        "extraPorts": {"admin": 8001},
+    },
+)
+"""The operator's own frontend (known by its admin port): with the check enforcing, engine pods get the serving
+readiness gate and the gated rollout defaults (D102, D103)."""
 ENV = "spec.engine.env"
 PEGAFLOW = {"image": "example.com/pegaflow:0.4"}
 
@@ -67,6 +77,11 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
     "maxUnavailable 0 alone on prefill": (
         set_at("spec.prefill.rollout", {"maxUnavailable": "0%"}),
         "spec.prefill.rollout.maxUnavailable",
+        None,
+    ),
+    "maxSurge 0 on a pool behind the serving gate": (
+        all_of(OPERATORS_FRONTEND, set_at("spec.prefill.rollout", {"maxSurge": 0})),
+        "spec.prefill.rollout.maxSurge",
         None,
     ),
     "rollout not a count or percentage": (

@@ -12,11 +12,11 @@ from typing import Any
 
 import yaml
 
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KIND, LABEL_DEPLOYMENT, POD
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, KIND, LABEL_DEPLOYMENT
 from disagg.reconcile.cache import Cache, OwnerKey
 from disagg.reconcile.informer import Informer
 from disagg.reconcile.kube import Kube
-from disagg.reconcile.operator import OWNED_SELECTOR
+from disagg.reconcile.operator import OBSERVED, OWNED_SELECTOR
 from disagg.reconcile.reconciler import Reconciler
 from disagg.reconcile.workqueue import Key
 from tests.support.fake_kube import FakeApiServer
@@ -30,8 +30,8 @@ class Watching:
         self.server = server
         kube = Kube(server)
         self.informers = [Informer(kube, cache, DISAGG_DEPLOYMENT, None, "", on_change)] + [
-            Informer(kube, cache, kind, None, OWNED_SELECTOR, on_change, optional=kind is POD)
-            for kind in (*CHILD_KINDS, POD)
+            Informer(kube, cache, kind, None, OWNED_SELECTOR, on_change, optional=kind in OBSERVED)
+            for kind in (*CHILD_KINDS, *OBSERVED)
         ]
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -141,10 +141,13 @@ def deployment_document(text_or_path: str | Path, name: str | None = None) -> di
     return document
 
 
-def reconciler_for(server: FakeApiServer, instance: str = "test-instance") -> SyncedReconciler:
-    """The real reconciler and its cache, fed by the real informers watching the fake cluster."""
+def reconciler_for(
+    server: FakeApiServer, instance: str = "test-instance", kube: Kube | None = None, **options: Any
+) -> SyncedReconciler:
+    """The real reconciler and its cache, fed by the real informers watching the fake cluster. `options`: more
+    Reconciler arguments (e.g. the serving checker)."""
     cache = Cache()
-    reconciler = SyncedReconciler(Kube(server), cache, instance=instance, clock=lambda: NOW)
+    reconciler = SyncedReconciler(kube or Kube(server), cache, instance=instance, clock=lambda: NOW, **options)
     reconciler.watching = Watching(server, cache, lambda _owner: None)
     return reconciler
 

@@ -116,6 +116,15 @@ SPREAD = st.lists(
 )
 
 
+OPERATORS_FRONTEND = {
+    "image": "ghcr.io/disagg-dev/disagg-operator:0.1.0",
+    "command": ["disagg", "frontend"],
+    "extraPorts": {"admin": 8001},
+}
+"""The operator's own frontend (known by its admin port): engine pods get the serving readiness gate, a pre-stop
+wait and a drain timeout (D102, D110)."""
+
+
 def _pool_edits(pool: str) -> list[tuple[str, st.SearchStrategy[Any]]]:
     at = f"spec.{pool}"
     return [
@@ -138,6 +147,8 @@ def _pool_edits(pool: str) -> list[tuple[str, st.SearchStrategy[Any]]]:
         (f"{at}.rollout.maxUnavailable", ROLLOUT),
         (f"{at}.engine.env", ENV),
         (f"{at}.engine.extraArgs", st.lists(ARGS, max_size=3)),
+        (f"{at}.engine.shutdownTimeoutSeconds", st.sampled_from([0, 30, 86_400])),
+        (f"{at}.terminationGracePeriodSeconds", st.sampled_from([0, 65, 86_400])),
         (f"{at}.engine.speculative", st.sampled_from([None, {"method": "mtp", "numSpeculativeTokens": 1}])),
     ]
 
@@ -187,6 +198,15 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.frontend.router.placement.tolerations", st.lists(TOLERATION, max_size=2)),
     ("spec.frontend.service.labels", st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2)),
     ("spec.frontend.service.annotations", st.dictionaries(LABEL_KEY, TEXT, max_size=2)),
+    ("spec.frontend.router.customContainer", st.sampled_from([None, OPERATORS_FRONTEND])),
+    (
+        "spec.serving.check",
+        st.sampled_from(
+            [{"mode": "Report"}, {"mode": "Off"}, {"interval": "500ms"}, {"deadline": "2m", "maxPairs": 1}]
+        ),
+    ),
+    ("spec.serving.remediation", st.sampled_from([{"action": "Drain"}, {"cooldown": "1s"}, {"drainFor": "1s"}])),
+    ("spec.serving.rollout", st.sampled_from([{"onStuck": "Rollback"}, {"progressDeadline": "30s"}])),
     ("spec.frontend.render.enabled", st.booleans()),
     ("spec.frontend.render.env", ENV),
     ("spec.frontend.render.resources", REQUIREMENTS),

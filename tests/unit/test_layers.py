@@ -21,16 +21,18 @@ ALLOWED: dict[str, set[str]] = {
     "plan": {"names", "api"},
     "render": {"names", "api", "plan"},
     "scaling": {"names", "api"},
+    "health": {"names", "api"},
     "metrics_sources": {"names", "api", "scaling"},
     "frontend": {"names"},
-    "reconcile": {"names", "api", "plan", "render", "scaling", "metrics_sources"},
-    "cli": {"names", "api", "plan", "render", "scaling", "metrics_sources", "frontend", "reconcile"},
+    "reconcile": {"names", "api", "plan", "render", "scaling", "metrics_sources", "health"},
+    "cli": {"names", "api", "plan", "render", "scaling", "metrics_sources", "health", "frontend", "reconcile"},
 }
 """The house, floor by floor: each layer and the layers it may import (besides itself). `names` is the ground
 floor; `plan` -> `render` build objects and `scaling` decides replicas, side by side on `api`; `metrics_sources`
 (the scrapers that build scaling's observations) stands on `scaling`; the shell
-(`reconcile`, then `cli`) stands on all of them. `frontend` (the P/D frontend, a serving process of its own) stands
-on `names` beside them, and only `cli` starts it."""
+(`reconcile`, then `cli`) stands on all of them. `health` (the serving check's verdicts, admissions and remediation)
+stands on `api` beside them too. `frontend` (the P/D frontend, a serving process of its own) stands on `names`
+beside them, and only `cli` starts it."""
 LAYER_OF_MODULE = {"disagg.frontend.contract": "names"}
 """The frontend's pod contract (the labels and annotations engine pods carry) belongs with the names: the planner
 renders it and may import it, and it imports nothing but `names`."""
@@ -44,6 +46,11 @@ INDEPENDENT = [
     ("frontend", "render"),
     ("frontend", "scaling"),
     ("frontend", "reconcile"),
+    ("health", "plan"),
+    ("health", "render"),
+    ("health", "scaling"),
+    ("health", "frontend"),
+    ("health", "metrics_sources"),
 ]
 """Siblings: neither imports the other, in either direction."""
 OUTSIDE_THE_LAYERS = {"__init__.py", "__main__.py", "py.typed"}
@@ -57,6 +64,7 @@ PURE = [
     "metrics_sources/pods",
     "metrics_sources/promtext",
     "metrics_sources/window",
+    "health",
     "frontend/contract",
     "frontend/config",
     "frontend/selection",

@@ -63,8 +63,10 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
 - every child kind: server-side apply (create + patch), list/watch (the informers that fill the cache), delete to
   prune, get to claim a desired child the cache does not hold as ours (a name taken by an object that is not ours is
   never written) and to read a workload before a replicas hand-over;
-- pods: list/watch (the informer: diagnostics, the scaler's metrics) and get because the router's Role grants it
-  (RBAC lets the operator grant only what it holds itself); events: create.
+- pods: list/watch (the informer: diagnostics, the scaler's metrics, the serving check) and get because the router's
+  Role grants it (RBAC lets the operator grant only what it holds itself), delete (the serving check's Recreate
+  remediation); pods/status: patch (the serving readiness gate); replicasets: list/watch (the informer: which pods
+  are our workloads', rolling a stuck rollout back); events: create.
 */}}
 {{- define "disagg-operator.namespacedRules" -}}
 - apiGroups: [disagg.dev]
@@ -87,7 +89,13 @@ operator/disagg/reconcile/access.py (tests/unit/reconcile/test_access.py keeps t
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, delete]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list, watch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -220,6 +220,12 @@ PRINTER_COLUMNS = [
     },
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Summary phase"},
     {
+        "name": "Serving",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Serving")].status',
+        "description": "Whether requests go prefill -> KV transfer -> decode (the serving check)",
+    },
+    {
         "name": "Endpoint",
         "type": "string",
         "jsonPath": ".status.endpoint",

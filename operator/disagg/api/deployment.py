@@ -17,6 +17,7 @@ from .kvcache import KvCacheSpec
 from .model import ModelSpec
 from .pool import PoolSpec
 from .scaling import ScalingSpec
+from .serving import ServingSpec
 from .status import DisaggDeploymentStatus
 from .transfer import TransferSpec
 from .types import Annotations, Labels
@@ -182,6 +183,11 @@ class DisaggDeploymentSpec(ApiModel):
     )
     scaling: ScalingSpec = Field(
         default_factory=ScalingSpec, description="SLO targets and limits for pools with autoscaling enabled."
+    )
+    serving: ServingSpec = Field(
+        default_factory=ServingSpec,
+        description="The check that requests really go prefill -> KV transfer -> decode, recovery from failing "
+        "pairs, and the pacing of rollouts that change what both pools must agree on.",
     )
 
 

@@ -33,6 +33,7 @@ from .pool import CustomContainer
 from .resolve import (
     ResolvedFamily,
     effective_rollout,
+    may_gate_pools,
     mooncake_store,
     pegaflow_store,
     pod_memory,
@@ -561,6 +562,7 @@ def mount_paths_differ_and_paths_stay_inside(spec: DisaggDeploymentSpec, family:
 
 @object_rule
 def rollouts_are_valid(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    gating = may_gate_pools(spec)
     for role in POOLS:
         pool = pool_of(spec, role)
         surge, unavailable = effective_rollout(pool, role)
@@ -574,14 +576,24 @@ def rollouts_are_valid(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> It
             values[field] = amount
             if field == "maxUnavailable" and isinstance(value, str) and amount > 100:
                 yield Problem(f"{path}.{field}", f"{value} is more than all replicas", "use at most 100%")
+        which = "maxSurge" if pool.rollout.max_surge is not None else "maxUnavailable"
         if values.get("maxSurge") == 0 and values.get("maxUnavailable") == 0:
-            which = "maxSurge" if pool.rollout.max_surge is not None else "maxUnavailable"
             yield Problem(
                 f"{path}.{which}",
                 "maxSurge and maxUnavailable are both 0 (counting the pool's defaults), so an update could never "
                 "replace a pod",
                 "allow at least one: maxSurge 1 or maxUnavailable 1",
             )
+        elif gating and not pool_layout(pool).multi_node and len(values) == 2:
+            gated = [_count_or_percent(value) for value in effective_rollout(pool, role, gated=True)]
+            if gated == [0, 0]:
+                yield Problem(
+                    f"{path}.{which}",
+                    "maxSurge and maxUnavailable are both 0 (counting the defaults of pools behind the serving "
+                    "readiness gate, maxSurge 100% and maxUnavailable 0), so an update could never replace a pod",
+                    "allow at least one: leave maxSurge unset, or also set maxUnavailable 1; or set "
+                    "spec.serving.check.mode Report",
+                )
 
 
 def _count_or_percent(value: IntOrPercent) -> int | None:

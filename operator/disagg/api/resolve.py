@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from disagg.frontend.contract import FlowName
-from disagg.names import POOLS, PoolName, api_pod_selector, selector_labels
+from disagg.names import FRONTEND_ADMIN_PORT, POOLS, PoolName, api_pod_selector, selector_labels
 
 from .deployment import DisaggDeployment, DisaggDeploymentSpec
 from .engine import DEFAULT_ENGINE_IMAGE, ChatSettings, EngineSettings
@@ -23,6 +23,7 @@ from .frontend import FrontendSpec
 from .kvcache import KvCacheSpec, MooncakeStore, PegaflowStore
 from .model import ModelSpec
 from .pool import CustomContainer, PoolSpec
+from .serving import CheckMode, ServingSpec
 from .transfer import (
     ConnectorKind,
     CustomConnectorSettings,
@@ -152,9 +153,38 @@ DEFAULT_ROLLOUT: dict[PoolName, tuple[IntOrPercent, IntOrPercent]] = {"prefill":
 last replica never goes."""
 
 
-def effective_rollout(pool: PoolSpec, role: PoolName) -> tuple[IntOrPercent, IntOrPercent]:
-    """The pool's rolling-update limits: the defaults with the user's settings laid over them."""
-    surge, unavailable = DEFAULT_ROLLOUT[role]
+GATED_ROLLOUT: tuple[IntOrPercent, IntOrPercent] = ("100%", 0)
+"""(maxSurge, maxUnavailable) of pools behind the serving readiness gate (D102, D103): every new pod may start at
+once, none is removed before a new one is admitted; the operator's admissions pace the rollout."""
+
+
+def probes_pairs(router: RouterKind | None, frontend: FrontendSpec) -> bool:
+    """Whether the router is the operator's frontend, whose admin API probes every prefill/decode pair: the
+    built-in one (`implementation: disagg-frontend`, the default), or a custom router container that exposes a port
+    named `admin` (a build of `disagg frontend` of the user's own)."""
+    if router == "disagg-frontend":
+        return True
+    custom = frontend.router.custom_container
+    return router == "custom" and custom is not None and FRONTEND_ADMIN_PORT in custom.extra_ports
+
+
+def gates_pools(router: RouterKind | None, frontend: FrontendSpec, mode: CheckMode | None) -> bool:
+    """Whether single-node engine pods get the serving readiness gate and the GATED_ROLLOUT defaults (D102, D103,
+    D142): the pairs can be probed (probes_pairs) and the check enforces. Decided here once, for the planner (which
+    passes the mode in effect: the spec's, else the operator's --serving-check) and for validation (which passes
+    the spec's mode, None when unset: the operator's default is not known then, so unset counts as Enforce)."""
+    return mode in (None, "Enforce") and probes_pairs(router, frontend)
+
+
+def may_gate_pools(spec: DisaggDeploymentSpec) -> bool:
+    """Whether single-node engine pods may get the serving readiness gate, read from the spec for validation."""
+    return gates_pools(router_kind(spec), spec.frontend, spec.serving.check.mode)
+
+
+def effective_rollout(pool: PoolSpec, role: PoolName, gated: bool = False) -> tuple[IntOrPercent, IntOrPercent]:
+    """The pool's rolling-update limits: the defaults (of a gated pool, or of its role) with the user's settings
+    laid over them."""
+    surge, unavailable = GATED_ROLLOUT if gated else DEFAULT_ROLLOUT[role]
     rollout = pool.rollout
     return (
         surge if rollout.max_surge is None else rollout.max_surge,
@@ -445,6 +475,7 @@ class ResolvedDeployment:
     lmcache: LmcacheServer | None
     pegaflow: PegaflowStore | None
     frontend: FrontendSpec
+    serving: ServingSpec
     router: RouterKind | None
     """Which router fronts the engines (None: the decode pool's own endpoint is the Service's)."""
     flow: FlowName | None
@@ -485,6 +516,7 @@ def resolve_deployment(deployment: DisaggDeployment, namespace: str | None = Non
         lmcache=lmcache_server(spec),
         pegaflow=pegaflow_store(spec),
         frontend=spec.frontend,
+        serving=spec.serving,
         router=router_kind(spec),
         flow=transfer_flow(spec.transfer),
     )

@@ -7,6 +7,7 @@ API server can check itself are also declared as CEL next to the models; the tes
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 
 from disagg.names import POOLS
 
@@ -34,6 +35,7 @@ from .resolve import (
     transfer_flow,
 )
 from .types import ArgList
+from .units import parse_duration
 
 Rule = Callable[[DisaggDeploymentSpec, ResolvedFamily], Iterator[Problem]]
 
@@ -629,6 +631,66 @@ def engine_ports_distinct(spec: DisaggDeploymentSpec, family: ResolvedFamily) ->
                     )
 
 
+# -- the serving check (D100-D107) -------------------------------------------------------------------------------
+
+SERVING_MIN_INTERVAL = 1
+"""Seconds. A shorter period re-probes every pair almost continuously (user traffic shares those engines)."""
+SERVING_DEADLINE_RANGE = (1, 60)
+"""Seconds. Below 1 s no pair can answer, so every pair fails (and Recreate restarts engines that serve); a round
+holds a reconcile worker for up to deadline + 15 s, so a longer one stalls the DisaggDeployments behind it."""
+SERVING_MIN_COOLDOWN = 10
+"""Seconds. The cooldown is what rate-limits Recreate; shorter, restarts could follow the 2 s re-checks."""
+SERVING_MIN_PROGRESS = 60
+"""Seconds. New engines load a model before their pairs can pass; a shorter deadline calls every rollout stuck."""
+
+
+def serving_settings_consistent(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
+    serving = spec.serving
+    interval = parse_duration(serving.check.interval)
+    if interval < SERVING_MIN_INTERVAL:
+        yield Problem(
+            "spec.serving.check.interval",
+            f"{serving.check.interval} would probe every pair almost continuously",
+            f"use at least {SERVING_MIN_INTERVAL}s, such as 10s",
+        )
+    low, high = SERVING_DEADLINE_RANGE
+    deadline = parse_duration(serving.check.deadline)
+    if deadline < low:
+        yield Problem(
+            "spec.serving.check.deadline",
+            f"{serving.check.deadline} is too short for any pair to answer, so every pair would fail",
+            f"use at least {low}s, such as 10s",
+        )
+    elif deadline > high:
+        yield Problem(
+            "spec.serving.check.deadline",
+            f"{serving.check.deadline} would hold a reconcile worker for that long each round",
+            f"use at most {high}s",
+        )
+    if parse_duration(serving.remediation.cooldown) < SERVING_MIN_COOLDOWN:
+        yield Problem(
+            "spec.serving.remediation.cooldown",
+            f"{serving.remediation.cooldown} would let engine restarts follow each other every few seconds",
+            f"use at least {SERVING_MIN_COOLDOWN}s, such as 2m",
+        )
+    if parse_duration(serving.remediation.drain_for) < interval:
+        yield Problem(
+            "spec.serving.remediation.drainFor",
+            f"{serving.remediation.drain_for} is shorter than spec.serving.check.interval "
+            f"({serving.check.interval}), so a drain would lapse before the next round could renew it",
+            "use at least the check interval, such as 5m",
+        )
+    progress = parse_duration(serving.rollout.progress_deadline)
+    floor = max(interval, Decimal(SERVING_MIN_PROGRESS))
+    if progress < floor:
+        yield Problem(
+            "spec.serving.rollout.progressDeadline",
+            f"{serving.rollout.progress_deadline} would call a rollout stuck before its new engines could load "
+            "and be checked",
+            f"use at least {floor}s (a minute, and no less than spec.serving.check.interval), such as 15m",
+        )
+
+
 # Listed here rather than registered by a decorator: mutmut 3 does not mutate decorated functions, and mutation
 # testing (docs/testing.md) must reach every rule. A rule left out of the list leaves its problems unreached, which
 # the bad-spec meta-test in tests/unit/api/test_rules.py reports.
@@ -659,4 +721,5 @@ RULES: tuple[Rule, ...] = (
     owned_engine_flags,
     owned_engine_env,
     engine_ports_distinct,
+    serving_settings_consistent,
 )

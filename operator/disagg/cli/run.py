@@ -51,6 +51,14 @@ from ._inputs import FRONTEND_IMAGE_OPTION
     "they were applied are not applied again (see --reapply-seconds).",
 )
 @click.option(
+    "--serving-check",
+    type=click.Choice(["Enforce", "Report", "Off"]),
+    default="Enforce",
+    show_default=True,
+    help="The serving check's mode for DisaggDeployments that leave spec.serving.check.mode unset. Off suits "
+    "clusters where no engine really runs (fake nodes) or the operator cannot reach pod IPs.",
+)
+@click.option(
     "--reapply-seconds",
     type=click.FloatRange(60, 7 * 86400),
     default=3600,
@@ -147,6 +155,7 @@ def run(
     renew_deadline_seconds: float,
     retry_period_seconds: float,
     frontend_image: str,
+    serving_check: str,
     prometheus_urls: tuple[str, ...],
     verbose: bool,
 ) -> None:
@@ -191,5 +200,6 @@ def run(
         leader_election=lease,
         prometheus_urls=tuple(prometheus_urls),
         installation=Installation(frontend_image=frontend_image),
+        serving_check=serving_check,  # type: ignore[arg-type]
     )
     asyncio.run(run_operator(options))

@@ -19,6 +19,10 @@ rebuilds its view from the API server alone:
 The NIXL side-channel host is the pod IP (the operator sets `VLLM_NIXL_SIDE_CHANNEL_HOST` from `status.podIP`).
 A pod is an engine when it is Running, Ready, not terminating and has an IP. Engines without the revision label
 pair only with engines without it (revision `""`), so a deployment rendered before this contract still serves.
+
+A pod with the `disagg.dev/serving` readiness gate whose containers are all ready but whose gate the operator has
+not set yet is a *candidate*: the frontend never routes requests through it, but it can be probed (the operator
+admits it once a pair through it serves; docs/decisions.md D102).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from disagg.names import BOOTSTRAP_PORT_ANNOTATION, LABEL_DEPLOYMENT, LABEL_ROLE
+from disagg.names import BOOTSTRAP_PORT_ANNOTATION, LABEL_DEPLOYMENT, LABEL_ROLE, SERVING_GATE
 
 EngineRole = Literal["prefill", "decode", "render"]
 ENGINE_ROLES: tuple[EngineRole, ...] = ("prefill", "decode", "render")
@@ -98,6 +102,8 @@ class Engine:
     moriio_notify_port: int = DEFAULT_MORIIO_NOTIFY_PORT
     bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
     extra: Mapping[str, str] = field(default_factory=dict)
+    candidate: bool = False
+    """Up but waiting for the operator's admission: probed, never routed."""
 
     @property
     def moriio_zmq_address(self) -> str:
@@ -174,10 +180,30 @@ def is_serving(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def is_candidate(pod: Mapping[str, Any]) -> bool:
+    """Running with every container ready and an IP, but not Ready only because the serving gate is not set yet."""
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if metadata.get("deletionTimestamp") or status.get("phase") != "Running" or not status.get("podIP"):
+        return False
+    gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
+    if gates != [SERVING_GATE]:
+        return False  # another gate (someone else's) may be what holds the pod back
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    containers = status.get("containerStatuses") or []
+    return (
+        conditions.get("ContainersReady") == "True"
+        and bool(containers)
+        and all(c.get("ready") for c in containers)
+        and conditions.get(SERVING_GATE) != "True"
+    )
+
+
 def engine_from_pod(pod: Mapping[str, Any], default_port: int, role: EngineRole | None = None) -> Engine | None:
-    """The engine a pod offers, or None when it is not (yet) a serving engine. Raises ContractError on bad values.
-    `role` is the role whose selector matched the pod; without it the role label decides."""
-    if not is_serving(pod):
+    """The engine a pod offers, or None when it is not (yet) a serving engine or candidate. Raises ContractError
+    on bad values. `role` is the role whose selector matched the pod; without it the role label decides."""
+    candidate = not is_serving(pod) and is_candidate(pod)
+    if not is_serving(pod) and not candidate:
         return None
     metadata = pod.get("metadata") or {}
     labels: Mapping[str, str] = metadata.get("labels") or {}
@@ -207,6 +233,7 @@ def engine_from_pod(pod: Mapping[str, Any], default_port: int, role: EngineRole 
         dp_size=_int(annotations, ANNOTATION_DP_SIZE, 1, 1, 4096),
         moriio_handshake_port=_int(annotations, ANNOTATION_MORIIO_HANDSHAKE_PORT, DEFAULT_MORIIO_HANDSHAKE_PORT, 1),
         moriio_notify_port=_int(annotations, ANNOTATION_MORIIO_NOTIFY_PORT, DEFAULT_MORIIO_NOTIFY_PORT, 1),
+        candidate=candidate,
         bootstrap_port=_int(annotations, ANNOTATION_BOOTSTRAP_PORT, DEFAULT_BOOTSTRAP_PORT, 1),
     )
 

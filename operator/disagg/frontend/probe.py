@@ -39,9 +39,11 @@ class ProbeResult:
     kv_transferred: bool | None
     error: str | None = None
     status: int | None = None
+    candidate: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "candidate": self.candidate,
             "prefill": self.prefill,
             "decode": self.decode,
             "revision": self.revision,

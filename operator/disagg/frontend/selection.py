@@ -90,6 +90,7 @@ class Selector:
         self.policies: dict[EngineRole, Policy] = {"prefill": prefill_policy, "decode": decode_policy}
         self.revision_policy = revision_policy
         self._engines: dict[EngineRole, list[Engine]] = {"prefill": [], "decode": [], "render": []}
+        self._candidates: dict[EngineRole, list[Engine]] = {"prefill": [], "decode": [], "render": []}
         self._by_key: dict[str, Engine] = {}
         self._rings: dict[tuple[EngineRole, str], _Ring] = {}
         self._counters: dict[str, int] = {}
@@ -99,13 +100,17 @@ class Selector:
 
     # ---- the engine view ------------------------------------------------------------------------------------
     def update(self, engines: Iterable[Engine]) -> None:
-        """Replace the set of serving engines (a discovery snapshot). State of vanished engines is dropped."""
+        """Replace the set of serving engines (a discovery snapshot). State of vanished engines is dropped.
+        Candidates (up, not yet admitted by the operator) are kept apart: probed, never chosen."""
         by_role: dict[EngineRole, list[Engine]] = {"prefill": [], "decode": [], "render": []}
+        candidates: dict[EngineRole, list[Engine]] = {"prefill": [], "decode": [], "render": []}
         for engine in engines:
-            by_role[engine.role].append(engine)
+            (candidates if engine.candidate else by_role)[engine.role].append(engine)
         for role in by_role:
             by_role[role].sort(key=lambda e: (e.name, e.key))
+            candidates[role].sort(key=lambda e: (e.name, e.key))
         self._engines = by_role
+        self._candidates = candidates
         self._by_key = {e.key: e for role in by_role.values() for e in role}
         self._rings = {}
         self._inflight = {k: v for k, v in self._inflight.items() if k in self._by_key}
@@ -115,6 +120,19 @@ class Selector:
 
     def engines(self, role: EngineRole) -> list[Engine]:
         return list(self._engines[role])
+
+    def candidates(self, role: EngineRole) -> list[Engine]:
+        return list(self._candidates[role])
+
+    def candidate_pairs(self) -> list[Pair]:
+        """Same-revision pairs through at least one candidate (the other engine a candidate or routable): what the
+        operator probes before it admits a new engine."""
+        out = []
+        for prefill in [*self._engines["prefill"], *self._candidates["prefill"]]:
+            for decode in [*self._engines["decode"], *self._candidates["decode"]]:
+                if prefill.revision == decode.revision and (prefill.candidate or decode.candidate):
+                    out.append(Pair(prefill, decode))
+        return out
 
     def engine(self, key: str) -> Engine | None:
         return self._by_key.get(key)

@@ -34,6 +34,11 @@ log = logging.getLogger("disagg.frontend")
 JSON = "application/json"
 
 
+PROBE_SCRAPE_SECONDS = 5.0
+"""Bound of each of a probe's two scrapes of decode's /metrics (before and after the request, which has the
+round's deadline): the operator waits deadline + 2 x this + a margin for the answer."""
+
+
 @dataclass
 class Result:
     """An answer ready to be written: a whole body or a stream. `finish` runs once it has been sent (or dropped)."""
@@ -83,7 +88,8 @@ class Frontend:
         self.metrics.engines.clear()
         counts: dict[tuple[str, str], int] = {}
         for engine in engines:
-            counts[(engine.role, engine.revision)] = counts.get((engine.role, engine.revision), 0) + 1
+            if not engine.candidate:  # candidates serve nothing until the operator admits them
+                counts[(engine.role, engine.revision)] = counts.get((engine.role, engine.revision), 0) + 1
         for (role, revision), count in counts.items():
             self.metrics.engines.labels(role, revision).set(count)  # not cached: clear() above drops children
 
@@ -625,7 +631,7 @@ class Frontend:
 
     # ---- admin: pairs, probes, drains -------------------------------------------------------------------------
     def _find(self, role: str, name: str) -> Engine | None:
-        for engine in self.selector.engines(role):  # type: ignore[arg-type]
+        for engine in [*self.selector.engines(role), *self.selector.candidates(role)]:  # type: ignore[arg-type]
             if name in (engine.name, engine.key, engine.url):
                 return engine
         return None
@@ -643,6 +649,19 @@ class Frontend:
             }
             for info in self.selector.pairs(now)
         ]
+        if request.query.get("candidates") in ("1", "true"):
+            pairs += [
+                {
+                    "prefill": pair.prefill.name,
+                    "decode": pair.decode.name,
+                    "revision": pair.revision,
+                    "drained": False,
+                    "drained_for_seconds": None,
+                    "reason": "",
+                    "candidate": True,
+                }
+                for pair in self.selector.candidate_pairs()
+            ]
         return web.json_response({"pairs": pairs, "revisions": self.selector.revisions(now)})
 
     async def _admin_body(self, request: web.Request) -> dict[str, Any]:
@@ -679,6 +698,8 @@ class Frontend:
                 pairs = [
                     info.pair for info in self.selector.pairs(now) if not info.drained or data.get("include_drained")
                 ]
+                if data.get("include_candidates"):
+                    pairs += self.selector.candidate_pairs()
             elif isinstance(items, list):
                 pairs = [self._pair_from(item) for item in items]
             else:
@@ -708,7 +729,8 @@ class Frontend:
     async def probe_pair(self, pair: Pair, deadline: float, scrape: bool = True) -> ProbeResult:
         started = self.clock()
         creq = probe_request(self.nonce(), self.config.probe_prompt, self.config.probe_max_tokens, self.config.model)
-        before = await self._scrape(pair.decode, deadline) if scrape else None
+        # Scrapes are bounded apart from the request, so the operator's wait (deadline + 2 scrapes) holds.
+        before = await self._scrape(pair.decode, PROBE_SCRAPE_SECONDS) if scrape else None
         try:
             async with asyncio.timeout(deadline):
                 result = await self.serve(creq, started, pair=pair, probe=True)
@@ -728,9 +750,10 @@ class Frontend:
                 0,
                 None,
                 f"no answer within {deadline:g} s",
+                candidate=pair.prefill.candidate or pair.decode.candidate,
             )
         latency = self.clock() - started
-        after = await self._scrape(pair.decode, 5.0) if scrape and before is not None else None
+        after = await self._scrape(pair.decode, PROBE_SCRAPE_SECONDS) if scrape and before is not None else None
         ok = result.status == 200
         handed = int(result.info.get("kv_blocks_handed_off", 0) or 0)
         concurrent = self.config.flow in CONCURRENT_FLOWS
@@ -739,7 +762,16 @@ class Frontend:
         self.metrics.at(self.metrics.probes, "ok" if ok else "failed").inc()
         self.metrics.probe_seconds.observe(latency)
         return ProbeResult(
-            pair.prefill.name, pair.decode.name, pair.revision, ok, latency, handed, transferred, error, result.status
+            pair.prefill.name,
+            pair.decode.name,
+            pair.revision,
+            ok,
+            latency,
+            handed,
+            transferred,
+            error,
+            result.status,
+            candidate=pair.prefill.candidate or pair.decode.candidate,
         )
 
     async def _drain(self, request: web.Request) -> web.Response:

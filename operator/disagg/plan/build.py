@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.deployment import DisaggDeployment
+from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import resolve_deployment
 from disagg.names import API_VERSION, KIND, common_labels, kv_config_name
 
@@ -13,6 +14,7 @@ from .pairing import plan_pairing
 from .pool import plan_pool
 from .render_tier import plan_render_tier
 from .router import plan_router, user_facing_service
+from .serving import gates_pools, plan_serving
 from .stores import plan_node_daemon, plan_store, store_placement
 
 
@@ -29,12 +31,15 @@ def owner_references(deployment: DisaggDeployment) -> list[dict[str, Any]]:
 def build_plan(
     deployment: DisaggDeployment, namespace: str | None = None, installation: Installation = DEFAULT_INSTALLATION
 ) -> DeploymentPlan:
-    """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan."""
+    """Everything the cluster needs for one DisaggDeployment. Deterministic: equal input, equal plan.
+    `installation.serving_check`: the serving check's mode where the spec leaves it unset."""
     resolved = resolve_deployment(deployment, namespace)
     name, namespace = resolved.name, resolved.namespace
     pairing = plan_pairing(resolved, deployment.metadata.generation, deployment.status)
-    pools = [plan_pool(resolved, pool, pairing) for pool in resolved.pools]
+    gated = gates_pools(resolved, installation.serving_check)
+    pools = [plan_pool(resolved, pool, pairing, gated=gated and not pool.layout.multi_node) for pool in resolved.pools]
     router = plan_router(resolved, installation)
+    router_workload = router.workload if router is not None else None
     render_tier = plan_render_tier(resolved)
     store = plan_store(
         name,
@@ -87,5 +92,11 @@ def build_plan(
         frontend_argv=router.frontend_argv if router is not None else None,
         render_tier_argv=render_tier.argv if render_tier is not None else None,
         pairing=pairing,
+        serving=plan_serving(
+            resolved,
+            router_workload,
+            resolved.decode.custom.port if resolved.decode.custom else ENGINE_HTTP_PORT,
+            installation.serving_check,
+        ),
         pod_memory={pool.role: pool.memory for pool in resolved.pools},
     )

@@ -25,9 +25,11 @@ def engine_argv(
     pool: ResolvedPool,
     kv_transfer_config: dict[str, Any] | None,
     node_role: NodeRole,
+    shutdown_timeout: int | None = None,
 ) -> list[str]:
     """Arguments after `vllm serve`. Workers of multi-node replicas get --headless; their per-node rank is added
-    by the pod's start script (see pool.py), because it depends on the LeaderWorkerSet worker index."""
+    by the pod's start script (see pool.py), because it depends on the LeaderWorkerSet worker index.
+    `shutdown_timeout`: --shutdown-timeout, decided in plan/serving.py."""
     model = deployment.model
     argv: list[str] = [model.name]
     argv += ["--served-model-name", model.served_name or model.name]
@@ -38,6 +40,8 @@ def engine_argv(
         argv.append("--trust-remote-code")
     argv += _parallelism(pool, node_role)
     argv += _engine_settings(pool.engine)
+    if shutdown_timeout is not None:
+        argv += ["--shutdown-timeout", str(shutdown_timeout)]
     if node_role != "worker":
         argv += chat_argv(deployment.chat)
     if deployment.family == "hybrid-ssm":
@@ -102,8 +106,6 @@ def _engine_settings(engine: EngineSettings) -> list[str]:
         argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     if engine.all2all_backend is not None:
         argv += ["--all2all-backend", engine.all2all_backend]
-    if engine.shutdown_timeout_seconds is not None:
-        argv += ["--shutdown-timeout", str(engine.shutdown_timeout_seconds)]
     return argv
 
 

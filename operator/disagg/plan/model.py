@@ -7,13 +7,17 @@ JSON-like values so templates can emit them verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from disagg import __version__
 from disagg.api.resolve import PodMemory, ResolvedFamily, RouterKind
+from disagg.api.serving import CheckMode
 from disagg.names import PoolName
 
 from .pairing import Pairing
+
+if TYPE_CHECKING:
+    from .serving import ServingPlan
 
 Json = Any
 WorkloadKind = Literal["Deployment", "LeaderWorkerSet", "DaemonSet"]
@@ -28,6 +32,9 @@ class Installation:
     the Helm chart to the operator's own image, so the frontend and the operator always come from one build)."""
 
     frontend_image: str = DEFAULT_FRONTEND_IMAGE
+    serving_check: CheckMode = "Enforce"
+    """The serving check's mode where a spec leaves spec.serving.check.mode unset (`disagg run --serving-check`;
+    "Off" when the operator runs no checker): it decides whether engine pods carry the serving readiness gate."""
 
 
 DEFAULT_INSTALLATION = Installation()
@@ -46,6 +53,7 @@ class ContainerPlan:
     volume_mounts: list[Json] = field(default_factory=list)
     probes: dict[str, Json] = field(default_factory=dict)
     security_context: Json | None = None
+    lifecycle: Json | None = None
 
 
 @dataclass(frozen=True)
@@ -147,5 +155,7 @@ class DeploymentPlan:
     """The pairing revision every engine pod carries, with its generation."""
     render_tier_argv: list[str] | None
     """Arguments after `vllm launch render` (vLLM's GPU-less render tier), or None without one."""
+    serving: ServingPlan
+    """How the serving check reaches the path and what it gates."""
     pod_memory: dict[PoolName, PodMemory] = field(default_factory=dict)
     """What each pool's engine pods get in memory, for review (the resources carry the same numbers)."""

@@ -198,10 +198,11 @@ def http_port() -> dict[str, Any]:
     return {"name": "http", "containerPort": ENGINE_HTTP_PORT, "protocol": "TCP"}
 
 
-def grace_period(pool: ResolvedPool) -> int:
+def grace_period(pool: ResolvedPool, shutdown_timeout: int | None, pre_stop_seconds: int = 0) -> int:
+    """The pool's own setting, else the engine's drain after its pre-stop wait, plus a margin."""
     if pool.spec.termination_grace_period_seconds is not None:
         return pool.spec.termination_grace_period_seconds
-    return (pool.engine.shutdown_timeout_seconds or 0) + GRACE_MARGIN_SECONDS
+    return pre_stop_seconds + (shutdown_timeout or 0) + GRACE_MARGIN_SECONDS
 
 
 def scheduling_fields(scheduling: Scheduling) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from disagg.api.owned import ENGINE_HTTP_PORT
 from disagg.api.resolve import ReplicaLayout, ResolvedDeployment, ResolvedPool, effective_rollout
 from disagg.frontend.contract import engine_annotations, pairing_labels
-from disagg.names import LWS_WORKER_INDEX_ENV, child_name, common_labels, pool_service_name
+from disagg.names import LWS_WORKER_INDEX_ENV, SERVING_GATE, child_name, common_labels, pool_service_name
 
 from .connectors import PoolConnectors, pool_connectors
 from .connectors.base import PoolContext
@@ -27,6 +27,7 @@ from .pod import (
     user_env,
     with_replica_affinity,
 )
+from .serving import PRE_STOP_SECONDS, pre_stop, shutdown_timeout
 
 GROUP_STARTUP_POLICY = "LeaderCreated"
 """Workers start as soon as the leader pod exists, not once it is Ready: a multi-node vLLM leader only becomes
@@ -60,9 +61,10 @@ def engine_contract(
     return pairing_labels(pairing.revision), annotations
 
 
-def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing) -> PoolPlan:
+def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing, gated: bool = False) -> PoolPlan:
+    """`gated`: the pods carry the serving readiness gate and roll with GATED_ROLLOUT defaults (api/resolve.py)."""
     if pool.custom is not None:
-        return _custom_pool(deployment, pool, pairing)
+        return _custom_pool(deployment, pool, pairing, gated)
     context = PoolContext(
         deployment.name,
         pool,
@@ -74,12 +76,16 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairi
         deployment.pegaflow,
     )
     connectors = pool_connectors(context)
+    drain_setting = pool.engine.shutdown_timeout_seconds
     node_roles: list[NodeRole] = ["leader", "worker"] if pool.layout.multi_node else ["single"]
     argvs = {
-        node_role: engine_argv(deployment, pool, connectors.kv_transfer_config, node_role) for node_role in node_roles
+        node_role: engine_argv(
+            deployment, pool, connectors.kv_transfer_config, node_role, shutdown_timeout(drain_setting, gated)
+        )
+        for node_role in node_roles
     }
     pods = {
-        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, pairing)
+        node_role: _engine_pod(deployment, pool, connectors, argvs[node_role], node_role, pairing, gated)
         for node_role in node_roles
     }
     api_pod = pods[node_roles[0]]
@@ -90,7 +96,7 @@ def plan_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairi
         kv_transfer_config=connectors.kv_transfer_config,
         env=_literal_env(api_pod.containers[0].env),
     )
-    workload = _workload(deployment.name, pool, api_pod, pods.get("worker"))
+    workload = _workload(deployment.name, pool, api_pod, pods.get("worker"), gated)
     return PoolPlan(workload, _pool_service(deployment.name, pool, []), command, connectors)
 
 
@@ -101,6 +107,7 @@ def _engine_pod(
     argv: list[str],
     node_role: NodeRole,
     pairing: Pairing,
+    gated: bool,
 ) -> PodPlan:
     volumes, mounts = engine_volumes(deployment, pool, bool(connectors.config_files))
     contract_labels, contract_annotations = engine_contract(pool, pairing)
@@ -118,13 +125,14 @@ def _engine_pod(
         volume_mounts=mounts,
         probes=http_probes(pool.engine) if node_role != "worker" else {},
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
+        lifecycle=pre_stop(gated and node_role != "worker"),
     )
     return PodPlan(
         labels={**pool.spec.pod_labels, **common_labels(deployment.name, pool.role), **contract_labels},
         annotations={**pool.spec.pod_annotations, **contract_annotations, **connectors.annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool, host_ipc=connectors.host_ipc),
+        spec_extra=_pod_extra(deployment, pool, gated and node_role != "worker", host_ipc=connectors.host_ipc),
     )
 
 
@@ -150,15 +158,20 @@ def _worker_argv_for_index(argv: list[str], layout: ReplicaLayout, index: int) -
     return resolved
 
 
-def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: bool = False) -> dict[str, Any]:
+def _pod_extra(
+    deployment: ResolvedDeployment, pool: ResolvedPool, gated: bool, host_ipc: bool = False
+) -> dict[str, Any]:
     spec = pool.spec
     extra: dict[str, Any] = {}
+    if gated:
+        extra["readinessGates"] = [{"conditionType": SERVING_GATE}]
     if host_ipc:
         extra["hostIPC"] = True
     if spec.service_account_name:
         extra["serviceAccountName"] = spec.service_account_name
     extra["automountServiceAccountToken"] = False  # engines never call the Kubernetes API (D77)
-    extra["terminationGracePeriodSeconds"] = grace_period(pool)
+    drain = shutdown_timeout(pool.engine.shutdown_timeout_seconds, gated)
+    extra["terminationGracePeriodSeconds"] = grace_period(pool, drain, PRE_STOP_SECONDS if gated else 0)
     if deployment.transfer.network.host_network:
         extra["hostNetwork"] = True
         extra["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -171,8 +184,8 @@ def _pod_extra(deployment: ResolvedDeployment, pool: ResolvedPool, host_ipc: boo
     return extra
 
 
-def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None) -> WorkloadPlan:
-    surge, unavailable = effective_rollout(pool.spec, pool.role)
+def _workload(deployment: str, pool: ResolvedPool, pod: PodPlan, worker: PodPlan | None, gated: bool) -> WorkloadPlan:
+    surge, unavailable = effective_rollout(pool.spec, pool.role, gated)
     limits = {"maxSurge": surge, "maxUnavailable": unavailable}
     multi_node = pool.layout.multi_node
     # Deployment and LeaderWorkerSet spell the same rolling-update limits under different keys.
@@ -211,7 +224,7 @@ def _pool_service(
     )
 
 
-def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing) -> PoolPlan:
+def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pairing, gated: bool) -> PoolPlan:
     """A non-vLLM engine (e.g. a TileRT decode server): its own image and command, our labels, GPUs and probes."""
     custom = pool.custom
     assert custom is not None
@@ -232,6 +245,7 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pa
         volume_mounts=mounts,
         probes=http_probes(pool.engine, custom.health_path),
         security_context={"capabilities": {"add": ["IPC_LOCK"]}} if network.ipc_lock else None,
+        lifecycle=pre_stop(gated),
     )
     contract_labels, contract_annotations = engine_contract(pool, pairing, custom.port)
     pod = PodPlan(
@@ -243,9 +257,9 @@ def _custom_pool(deployment: ResolvedDeployment, pool: ResolvedPool, pairing: Pa
         annotations={**pool.spec.pod_annotations, **contract_annotations},
         containers=[container],
         volumes=volumes,
-        spec_extra=_pod_extra(deployment, pool),
+        spec_extra=_pod_extra(deployment, pool, gated),
     )
-    workload = _workload(deployment.name, pool, pod, None)
+    workload = _workload(deployment.name, pool, pod, None, gated)
     service = _pool_service(deployment.name, pool, extra_ports, port=custom.port)
     return PoolPlan(workload, service, None, None)
 

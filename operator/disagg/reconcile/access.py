@@ -5,7 +5,7 @@ These sources need permissions:
   yet, and the API server authorizes such a create as `create`; `get`, `delete`; `patch_status` patches the
   status subresource; `create_event` creates Events;
 - the informers (`informer.py`): they list and watch every child kind and the children's pods, which the pass then
-  reads from the cache instead of asking the API server;
+  reads from the cache instead of asking the API server (and the pool Deployments' ReplicaSets, D143);
 - kopf (`operator.py`): it lists and watches the DisaggDeployments, lists and watches CRDs to notice resources
   appearing, lists and watches namespaces when it is given a list of them, and creates Events of its own;
 - the leader elector (`leader.py`), in the operator's own namespace only: it reads, creates and updates its Lease
@@ -26,7 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from disagg.names import CHILD_KINDS, DEPLOYMENT, DISAGG_DEPLOYMENT, EVENT, LEADER_WORKER_SET, LEASE, POD, Kind
+from disagg.names import (
+    CHILD_KINDS,
+    DEPLOYMENT,
+    DISAGG_DEPLOYMENT,
+    EVENT,
+    LEADER_WORKER_SET,
+    LEASE,
+    POD,
+    REPLICA_SET,
+    Kind,
+)
 from disagg.plan.router import ROUTER_ROLE_RULES
 
 Source = Literal["client", "informer", "kopf", "elector", "grants", "admission"]
@@ -66,7 +76,35 @@ NAMESPACED: tuple[Grant, ...] = (
         "Kube.get of a desired child the cache does not hold as ours, to claim it (Reconciler._claim)",
     ),
     *_grants(POOL_WORKLOAD_KINDS, ("get",), "client", "Kube.get before a replicas hand-over (Reconciler._apply_child)"),
-    Grant(POD.group, POD.plural, ("list", "watch"), "informer", "the pods' informer: status diagnostics, the scaler"),
+    Grant(
+        POD.group,
+        POD.plural,
+        ("list", "watch"),
+        "informer",
+        "the pods' informer: status diagnostics, the scaler, the serving check",
+    ),
+    Grant(
+        POD.group,
+        f"{POD.plural}/status",
+        ("patch",),
+        "client",
+        "Kube.patch_pod_condition: the serving readiness gate on engine pods (ServingChecker._admit)",
+    ),
+    Grant(
+        POD.group,
+        POD.plural,
+        ("delete",),
+        "client",
+        "Kube.delete of an engine pod whose every pair fails (ServingChecker._remediate, Recreate)",
+    ),
+    Grant(
+        REPLICA_SET.group,
+        REPLICA_SET.plural,
+        ("list", "watch"),
+        "informer",
+        "the ReplicaSets' informer: which pods are our workloads' (Reconciler._own_pods) and the pod templates to "
+        "roll a stuck rollout back to (Reconciler._hold_templates)",
+    ),
     Grant(EVENT.group, EVENT.plural, ("create",), "client", "Kube.create_event (and kopf's own events)"),
     *(
         Grant(group, resource, tuple(rule["verbs"]), "grants", "the router's Role grants it (plan/router.py)")

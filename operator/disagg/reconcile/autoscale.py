@@ -128,7 +128,9 @@ class Autoscaler:
         live: dict[ChildKey, dict[str, Any]],
         pods: list[dict[str, Any]],
         stamp: str,
+        hold_down: str | None = None,
     ) -> ScaleReport:
+        """`hold_down`: why scale-downs wait this time (a P/D rollout in progress), or None."""
         report = ScaleReport()
         external = external_pools(spec)
         if not scaled_pools(spec):
@@ -157,7 +159,7 @@ class Autoscaler:
         report.condition = ConditionUpdate(
             "ScalingActive", decision.condition.status, decision.condition.reason, decision.condition.message
         )
-        await self._actuate(key, plan, live, decision, stamp, report)
+        await self._actuate(key, plan, live, decision, stamp, report, hold_down)
         return report
 
     def _refused_source(self, spec: DisaggDeploymentSpec) -> str | None:
@@ -189,6 +191,7 @@ class Autoscaler:
         decision: Decision,
         stamp: str,
         report: ScaleReport,
+        hold_down: str | None = None,
     ) -> None:
         namespace, name = key
         workloads = {workload.role: workload for workload in plan.workloads}
@@ -203,6 +206,16 @@ class Autoscaler:
                 continue  # created by the next pass; the decision is made again then
             current = int((child.get("spec") or {}).get("replicas", 1))
             if pool_decision.replicas == current:
+                continue
+            if hold_down is not None and pool_decision.replicas < current and report.condition is not None:
+                # Removing pods mid-rollout could take an old revision's last engine of one role and leave its
+                # engines of the other role serving nothing; the scale-down is decided again once it is over.
+                report.condition = ConditionUpdate(
+                    report.condition.type,
+                    report.condition.status,
+                    report.condition.reason,
+                    f"{report.condition.message}; {pool} {current} -> {pool_decision.replicas} waits: {hold_down}",
+                )
                 continue
             applied = await self.kube.apply(replicas_patch(child, pool_decision.replicas), manager=REPLICAS_MANAGER)
             live[(workload.kind, workload.name)] = applied

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "SpecValid", "ScalingActive")
+CONDITION_TYPES = ("Ready", "Serving", "Progressing", "Degraded", "SpecValid", "ScalingActive")
 Status = Literal["True", "False", "Unknown"]
 
 

@@ -31,6 +31,15 @@ def notices_for(transitions: list[Transition]) -> list[Notice]:
                 notices.append(Notice("Normal", "Ready", change.message))
             elif change.old == "True":
                 notices.append(Notice("Warning", "NotReady", change.message))
+        elif change.type == "Serving":
+            if change.new == "True":
+                notices.append(Notice("Normal", "Serving", change.message))
+            elif change.old is None:
+                pass  # a new DisaggDeployment that does not serve yet: Ready=False already says so
+            elif change.new == "False":
+                notices.append(Notice("Warning", "NotServing", change.message))
+            else:
+                notices.append(Notice("Warning", "ServingUnknown", change.message))
         elif change.type == "Degraded":
             if change.new == "True":
                 notices.append(Notice("Warning", change.reason, change.message))

@@ -57,7 +57,7 @@ class Informer:
         self.missing = False
         """The API server does not serve the kind (e.g. no LeaderWorkerSet CRD): there is nothing to cache."""
         self.optional = optional
-        """What the kind tells is only diagnostics (pods): when RBAC refuses it, passes run without it."""
+        """What the kind tells is only observed (pods, ReplicaSets): when RBAC refuses it, passes run without it."""
         self.refused = False
         """An optional kind the API server refuses to list: cached as empty, asked again at the longest backoff."""
 

@@ -23,7 +23,7 @@ import aiohttp
 from kubernetes.aio import client as k8s
 from kubernetes.aio import config as k8s_config
 
-from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS
+from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS, POD
 
 from .children import FIELD_MANAGER
 
@@ -238,6 +238,12 @@ class Kube:
     async def close(self) -> None:
         await self._transport.close()
 
+    def check_may_write(self, what: str) -> None:
+        """Raise NotLeader unless the write gate lets this replica write (also for writes that do not go to the API
+        server, such as the serving check's drains at the frontend)."""
+        if self.may_write is not None and not self.may_write():
+            raise NotLeader(f"{what}: this replica does not hold the lease")
+
     async def _request(
         self,
         method: str,
@@ -247,8 +253,8 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        if method != "GET" and self.may_write is not None and not self.may_write():
-            raise NotLeader(f"{method} {location}: this replica does not hold the lease")
+        if method != "GET":
+            self.check_may_write(f"{method} {location}")
         response = await self._transport.request(method, location, query or [], body, content_type)
         if response.status >= 400:
             raise KubeError.from_response(response)
@@ -345,6 +351,16 @@ class Kube:
             content_type="application/merge-patch+json",
         )
         return result
+
+    async def patch_pod_condition(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> None:
+        """Set one pod condition (the serving readiness gate), merged by type with the kubelet's. The uid guards
+        against a same-named pod created after our read: such a patch fails with 409."""
+        await self._request(
+            "PATCH",
+            path(POD.name, namespace, name) + "/status",
+            body={"metadata": {"uid": uid}, "status": {"conditions": [condition]}},
+            content_type="application/strategic-merge-patch+json",
+        )
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self._request("POST", path(EVENT.name, namespace), body=event)

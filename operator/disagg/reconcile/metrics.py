@@ -76,6 +76,44 @@ LEADER_TRANSITIONS = Counter(
     registry=REGISTRY,
 )
 
+SERVING = Gauge(
+    "disagg_serving",
+    "The Serving condition per DisaggDeployment: 1 True, 0 False, -1 Unknown.",
+    ["namespace", "name"],
+    registry=REGISTRY,
+)
+SERVING_CHECKS = Counter(
+    "disagg_serving_checks_total",
+    "Serving check rounds, by method (pairs, endpoint) and result (serving, failing, unknown).",
+    ["method", "result"],
+    registry=REGISTRY,
+)
+SERVING_CHECK_DURATION = Histogram(
+    "disagg_serving_check_duration_seconds",
+    "Time of one serving check round (all pairs are probed at once).",
+    ["method"],
+    registry=REGISTRY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+SERVING_PAIRS = Gauge(
+    "disagg_serving_pairs",
+    "Pairs per DisaggDeployment by state: passing, failing, drained, waiting (engines not yet admitted).",
+    ["namespace", "name", "state"],
+    registry=REGISTRY,
+)
+REMEDIATIONS = Counter(
+    "disagg_remediations_total",
+    "Recovery actions: recreated (an engine pod deleted), drained, undrained, held (report only or rate limit).",
+    ["action"],
+    registry=REGISTRY,
+)
+ADMISSIONS = Counter(
+    "disagg_engine_admissions_total",
+    "Engine pods made Ready by the serving gate (admitted) or made unready again (revoked, after a restart).",
+    ["result"],
+    registry=REGISTRY,
+)
+
 
 def serve(port: int) -> None:
     """Expose /metrics on all interfaces (a daemon thread; it ends with the process)."""

@@ -10,14 +10,25 @@ import signal
 import socket
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes.aio import client as k8s
 
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, POD, VERSION
+from disagg.api.serving import CheckMode
+from disagg.names import (
+    CHILD_KINDS,
+    DISAGG_DEPLOYMENT,
+    GROUP,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    POD,
+    REPLICA_SET,
+    VERSION,
+)
 from disagg.plan.model import DEFAULT_INSTALLATION, Installation
 
 from . import metrics
@@ -26,8 +37,10 @@ from .cache import Cache, OwnerKey
 from .informer import Informer
 from .kube import ApiClientTransport, Kube, configuration
 from .leader import LeaderElector, LeaseConfig
+from .prober import HttpProber
 from .ratelimit import Throttled
 from .reconciler import Reconciler
+from .serving import ServingChecker
 
 log = logging.getLogger("disagg.operator")
 
@@ -58,7 +71,10 @@ class RunOptions:
     prometheus_urls: tuple[str, ...] = ()
     """Prometheus base URLs a spec may name as its metrics source (D76)."""
     installation: Installation = DEFAULT_INSTALLATION
-    """What this installation supplies to every plan (the frontend's image)."""
+    """What this installation supplies to every plan (the frontend's image); its serving_check is replaced by the
+    field below."""
+    serving_check: CheckMode = "Enforce"
+    """The serving check's mode where a spec leaves it unset (`disagg run --serving-check`)."""
 
 
 def default_identity() -> str:
@@ -125,6 +141,13 @@ def build_registry(reconciler: Reconciler, cache: Cache, stop: asyncio.Event | N
     return registry
 
 
+OBSERVED = (POD, REPLICA_SET)
+"""Kinds the operator watches but never applies: the pods (status, the serving check) and the pool Deployments'
+ReplicaSets (which pod belongs to which of our Deployments, D140, and the pod templates a rollback returns to). Our
+pod templates carry the managed-by label, so the Deployment controller's ReplicaSets do too (D143). Optional: a
+refused list leaves them empty and the pass runs on (the serving check then acts on no pod)."""
+
+
 def child_changed(reconciler: Reconciler) -> Any:
     def changed(owner: OwnerKey) -> None:
         # A DisaggDeployment kopf has not reported yet has no pass to run: its own event will request it.
@@ -137,8 +160,8 @@ def child_changed(reconciler: Reconciler) -> Any:
 def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler: Reconciler) -> list[Informer]:
     scopes: list[str | None] = list(namespaces) or [None]
     return [
-        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler), optional=kind is POD)
-        for kind in (*CHILD_KINDS, POD)
+        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler), optional=kind in OBSERVED)
+        for kind in (*CHILD_KINDS, *OBSERVED)
         for scope in scopes
     ]
 
@@ -202,7 +225,9 @@ async def run_operator(options: RunOptions) -> None:
             ApiClientTransport(k8s.ApiClient(config), limits.in_flight), limits.qps, limits.burst, limits.in_flight
         )
     )
-    watcher = Kube(ApiClientTransport(k8s.ApiClient(config), 8 * max(1, len(options.namespaces)) + 8))
+    # One connection per informer's watch (each holds its connection for minutes), and room for their relists.
+    watches = (len(CHILD_KINDS) + len(OBSERVED)) * max(1, len(options.namespaces))
+    watcher = Kube(ApiClientTransport(k8s.ApiClient(config), watches + 8))
     elector = None
     if options.leader_election is not None:
         elector = LeaderElector(Kube(ApiClientTransport(k8s.ApiClient(config), 2)), options.leader_election)
@@ -210,13 +235,16 @@ async def run_operator(options: RunOptions) -> None:
     identity = options.leader_election.identity if options.leader_election else default_identity()
     cache = Cache()
     autoscaler = Autoscaler(writer, allowed_prometheus=options.prometheus_urls)
+    # The serving check writes through `writer` (pod conditions, pod deletes) and so passes the write gate.
+    serving = ServingChecker(writer, HttpProber())
     reconciler = Reconciler(
         writer,
         cache,
         instance=identity,
         autoscaler=autoscaler,
         reapply_seconds=options.reapply_seconds,
-        installation=options.installation,
+        installation=replace(options.installation, serving_check=options.serving_check),
+        serving=serving,
     )
     watched = informers(watcher, cache, options.namespaces, reconciler)
     registry = build_registry(reconciler, cache, stop)
@@ -251,5 +279,6 @@ async def run_operator(options: RunOptions) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await autoscaler.close()
+        await serving.close()
         for kube in (writer, watcher, *([elector.kube] if elector else [])):
             await kube.close()

@@ -16,14 +16,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import ValidationResult
-from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD
-from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
+from disagg.health.pods import controller_uid, owned_pods, owned_replica_sets
+from disagg.health.rollback import template_of, template_revision
+from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD, POOLS, REPLICA_SET
+from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation, WorkloadPlan
 
 from . import metrics
 from .applied import AppliedMemo, digest
@@ -34,6 +36,7 @@ from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
 from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
 from .rendered import CoreMemo
+from .serving import ServingChecker, ServingReport
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
@@ -73,6 +76,18 @@ class PassState:
     notices: list[Notice] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     scaling: ScaleReport = field(default_factory=ScaleReport)
+    serving: ServingReport | None = None
+    held: str | None = None
+    """The pairing revision a rollback holds the pools at (their previous pod templates), or None."""
+
+
+def held_revision(previous: dict[str, Any], generation: int | None) -> str | None:
+    """A rollback holds while the spec is the one whose rollout was rolled back (onStuck: Rollback)."""
+    rollout = previous.get("rollout") or {}
+    if generation is not None and rollout.get("rolledBackGeneration") == generation:
+        revision = rollout.get("rolledBackTo")
+        return str(revision) if revision is not None else None
+    return None
 
 
 class Reconciler:
@@ -85,11 +100,18 @@ class Reconciler:
         autoscaler: Autoscaler | None = None,
         reapply_seconds: float = REAPPLY_SECONDS,
         installation: Installation = DEFAULT_INSTALLATION,
+        serving: ServingChecker | None = None,
     ) -> None:
+        """`serving`: the serving check (None: no check; the status then says nothing about serving, and the plan
+        gates no pod: `installation.serving_check` counts as Off). `installation.serving_check`: the check's mode
+        where a spec leaves it unset (`disagg run --serving-check`)."""
+        if serving is None:
+            installation = replace(installation, serving_check="Off")
         self.kube = kube
         self.cache = cache
         self.installation = installation
         self.autoscaler = autoscaler
+        self.serving = serving
         self.instance = instance
         self.clock = clock
         self.queue = WorkQueue()
@@ -108,6 +130,8 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         if self.autoscaler is not None:
             self.autoscaler.forget(key)
+        if self.serving is not None:
+            self.serving.forget(key)
         self.known.discard(key)
         self.queue.forget(key)
         self.phases.pop(key, None)
@@ -126,6 +150,8 @@ class Reconciler:
         self.applied.clear()
         if self.autoscaler is not None:
             self.autoscaler.reset()
+        if self.serving is not None:
+            self.serving.memory.clear()  # failing streaks and drains as this replica last saw them
 
     def request_all(self) -> None:
         for key in sorted(self.known):
@@ -226,8 +252,11 @@ class Reconciler:
             return "invalid"
 
         state = PassState(key, owner, core.plan, live=self._children(namespace, name))
+        state.held = held_revision(previous, generation) if core.plan.serving.gated else None
         desired = core.desired()
         if await self._claim(state, desired):
+            if state.held is not None:
+                await self._hold_templates(state, desired, state.held)
             if not await self._apply(state, desired):
                 return "gone"  # the namespace and everything in it is going away
             await self._prune(state)
@@ -271,6 +300,29 @@ class Reconciler:
             new = [text for text in state.conflicts if text not in previous]
             state.notices += [Notice("Warning", "NameConflict", text) for text in new]
         return not state.conflicts
+
+    async def _hold_templates(self, state: PassState, desired: list[dict[str, Any]], revision: str) -> None:
+        """Keep the pool Deployments on the pod template of `revision` (from their ReplicaSets) instead of the
+        spec's: a rolled back rollout stays rolled back until the spec changes."""
+        pools: dict[ChildKey, WorkloadPlan] = {
+            (w.kind, w.name): w for w in state.plan.workloads if w.role in POOLS and w.kind == "Deployment"
+        }
+        for obj in desired:
+            workload = pools.get(child_key(obj))
+            if workload is None:
+                continue
+            live_template = (state.live.get(child_key(obj)) or {}).get("spec", {}).get("template") or {}
+            template: dict[str, Any] | None = live_template if template_revision(live_template) == revision else None
+            if template is None:
+                replica_sets = self.cache.owned(REPLICA_SET.name, *state.key)
+                live_uid = (state.live.get(child_key(obj)) or {}).get("metadata", {}).get("uid", "")
+                template = template_of(owned_replica_sets(replica_sets, live_uid), revision)
+            if template is None:
+                state.apply_errors.append(
+                    f"rolling back {workload.name}: no ReplicaSet runs pairing revision {revision} any more"
+                )
+                continue
+            obj["spec"]["template"] = template
 
     async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
         """Server-side apply every desired object that is ours to write and changed: the first wave, then the rest,
@@ -387,11 +439,65 @@ class Reconciler:
         if self.autoscaler is not None:
             memory = (state.owner.get("status") or {}).get(SCALER_STATE)
             self.autoscaler.restore(state.key, memory, interval_seconds(spec))
-        state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors)
+        rollout = ((state.owner.get("status") or {}).get("rollout") or {}).get("state")
+        hold = f"a rollout of the pairing revision is {rollout}" if rollout in ("RollingOut", "Stuck") else None
+        state.scaling = await self._scale(state.key, spec, state.plan, state.live, state.pods, state.apply_errors, hold)
         state.notices += state.scaling.notices
         for (kind, name), obj in state.live.items():  # what the scaler wrote, for the next pass
             if obj["metadata"].get("resourceVersion") != self.cache.version(kind, state.key[0], name):
                 self.cache.put(kind, obj)
+        state.serving = await self._check_serving(state)
+        if state.serving is not None:
+            state.notices += state.serving.notices
+
+    async def _check_serving(self, state: PassState) -> ServingReport | None:
+        if self.serving is None:
+            return None
+        try:
+            pods = self._own_pods(state)
+            report = await self.serving.step(state.key, state.plan, state.live, pods, self.clock(), state.held)
+        except KubeError as exc:
+            if exc.transient:
+                raise RetryLater(f"serving check: {exc}") from exc
+            state.apply_errors.append(f"serving check: {exc}")
+            return None
+        if report.due_in is not None:
+            self.queue.add_after(state.key, report.due_in)
+        generation = state.owner["metadata"].get("generation")
+        if report.rollout is not None:
+            if state.held is not None:
+                report.rollout = {**report.rollout, "rolledBackGeneration": generation, "rolledBackTo": state.held}
+            elif (
+                to := report.rollout.pop("rollbackTo", None)
+            ) is not None and state.plan.serving.on_stuck == "Rollback":
+                report.rollout = {**report.rollout, "rolledBackGeneration": generation, "rolledBackTo": to}
+                report.notices.append(
+                    Notice(
+                        "Warning",
+                        "RollingBack",
+                        f"the rollout is stuck; going back to pairing revision {to} (spec.serving.rollout.onStuck: "
+                        "Rollback); it holds until the spec changes",
+                    )
+                )
+                self.queue.add(state.key)  # the next pass applies the previous templates
+        return report
+
+    def _own_pods(self, state: PassState) -> list[dict[str, Any]]:
+        """The cached pods that belong to this DisaggDeployment's own workloads (health/pods.py owned_pods): the
+        serving check patches, probes and deletes only those."""
+        if state.plan.serving.mode == "Off":
+            return state.pods
+        uid = state.owner["metadata"]["uid"]
+        ours = {
+            key: obj
+            for key, obj in state.live.items()
+            if key[0] in ("Deployment", "LeaderWorkerSet") and controller_uid(obj) == uid
+        }
+        deployments = [obj["metadata"]["uid"] for (kind, _), obj in ours.items() if kind == "Deployment"]
+        # ReplicaSets come from the watch cache like the pods (an informer kind of their own, D143).
+        replica_sets = self.cache.owned(REPLICA_SET.name, *state.key) if deployments else []
+        sets = [name for kind, name in ours if kind == "LeaderWorkerSet"]
+        return owned_pods(state.pods, deployments, sets, replica_sets)
 
     def _status_inputs(self, state: PassState) -> StatusInputs:
         return StatusInputs(
@@ -406,6 +512,7 @@ class Reconciler:
             pods=state.pods,
             scaling_condition=state.scaling.condition,
             last_scale=state.scaling.last_scale,
+            **_serving_inputs(state.serving),
         )
 
     def _children(self, namespace: str, name: str) -> dict[ChildKey, dict[str, Any]]:
@@ -423,11 +530,13 @@ class Reconciler:
         live: dict[ChildKey, dict[str, Any]],
         pods: list[dict[str, Any]],
         apply_errors: list[str],
+        hold: str | None = None,
     ) -> ScaleReport:
+        """`hold`: why scale-downs wait (a rollout of the pairing revision in progress), or None."""
         if self.autoscaler is None:
             return ScaleReport()
         try:
-            report = await self.autoscaler.step(key, spec, plan, live, pods, self.clock())
+            report = await self.autoscaler.step(key, spec, plan, live, pods, self.clock(), hold)
         except KubeError as exc:
             if exc.transient:
                 raise RetryLater(f"scaling: {exc}") from exc
@@ -486,6 +595,19 @@ class Reconciler:
             counts[phase] = counts.get(phase, 0) + 1
         for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+
+
+def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
+    if report is None:
+        return {}
+    return {
+        "serving_mode": report.mode,
+        "serving_condition": report.condition,
+        "serving_status": report.status,
+        "serving_engines": report.serving_engines,
+        "rollout": report.rollout,
+        "serving_degraded": report.degraded,
+    }
 
 
 def _degraded_message(owner: dict[str, Any]) -> str:

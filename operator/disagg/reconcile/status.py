@@ -37,6 +37,15 @@ class StatusInputs:
     scaling_condition: ConditionUpdate | None = None
     last_scale: dict[str, tuple[str, str]] = field(default_factory=dict)
     """pool -> (lastScaleTime, lastScaleReason) when the scaler changed the pool in this pass."""
+    serving_mode: str = "Off"
+    """Enforce: Ready requires Serving; Report: Serving is reported only; Off: no check."""
+    serving_condition: ConditionUpdate | None = None
+    """The Serving condition from a check round in this pass; None keeps the previous one."""
+    serving_status: dict[str, Any] | None = None
+    serving_engines: dict[str, int] | None = None
+    """pool -> engines with a passing pair, from this pass's round."""
+    rollout: dict[str, Any] | None = None
+    serving_degraded: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -151,13 +160,28 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
     for role in ("prefill", "decode"):
         if role in components and components[role].desired == 0:
             degraded.append(("PoolScaledToZero", f"{role} has 0 replicas, so requests cannot be served"))
+    serving = _serving_condition(inputs)
+    enforce = inputs.serving_mode == "Enforce"
+    if enforce:
+        degraded += inputs.serving_degraded
+        lost = _serving_lost(serving, previous)
+        if lost:
+            degraded.append(("ServingFailed", lost))
 
     unsettled = [component for component in components.values() if not _settled(component)]
-    ready = not unsettled and not degraded
+    not_serving = enforce and (serving is None or serving.status != "True")
+    ready = not unsettled and not degraded and not not_serving
     updates = [ConditionUpdate("SpecValid", "True", "Valid", "spec passed validation")]
+    if serving is not None:
+        updates.append(serving)
     if ready:
         summary = ", ".join(_describe(component) for component in components.values())
+        if enforce and serving is not None:
+            summary += f"; serving: {serving.message}"
         updates.append(ConditionUpdate("Ready", "True", "AllReady", _truncate(summary)))
+    elif not unsettled and not degraded:
+        why = f"Serving is {serving.status}: {serving.message}" if serving is not None else "no serving check ran"
+        updates.append(ConditionUpdate("Ready", "False", "NotServing", _truncate(why)))
     else:
         waiting = "; ".join(_describe(component) for component in unsettled) or "see Degraded"
         updates.append(
@@ -206,10 +230,52 @@ def _valid_status(inputs: StatusInputs, plan: DeploymentPlan) -> StatusReport:
         component = components[role]
         status[role] = _pool_status(component, previous.get(role) or {}, inputs.last_scale.get(role))
         status[f"{role}Ready"] = f"{component.progress.ready if component.progress else 0}/{component.desired}"
+        if inputs.serving_mode == "Off":
+            continue
+        if inputs.serving_engines is not None:
+            status[role]["servingReplicas"] = inputs.serving_engines.get(role, 0)
+        elif (previous.get(role) or {}).get("servingReplicas") is not None:
+            status[role]["servingReplicas"] = previous[role]["servingReplicas"]
     for role, key in (("router", "router"), ("render", "render"), ("kv-store", "kvStore"), ("kv-node", "kvNode")):
         if role in components:
             status[key] = _component_status(components[role])
+    serving_status = inputs.serving_status if inputs.serving_status is not None else previous.get("serving")
+    if serving_status:
+        status["serving"] = serving_status
+    rollout = inputs.rollout if inputs.rollout is not None else previous.get("rollout")
+    if rollout and inputs.serving_mode != "Off":
+        status["rollout"] = rollout
     return StatusReport(status, transitions)
+
+
+def _serving_condition(inputs: StatusInputs) -> ConditionUpdate | None:
+    """This pass's Serving condition, or the one the previous status holds (no round was due). None without a
+    serving check at all (a reconciler built without one, as in some in-process tests)."""
+    if inputs.serving_condition is not None:
+        return inputs.serving_condition
+    if inputs.serving_mode == "Off":
+        return None
+    for condition in inputs.previous.get("conditions") or []:
+        if condition.get("type") == "Serving":
+            return ConditionUpdate(
+                "Serving", condition.get("status", "Unknown"), condition.get("reason", ""), condition.get("message", "")
+            )
+    return ConditionUpdate("Serving", "Unknown", "NotChecked", "no serving check has run yet")
+
+
+def _serving_lost(serving: ConditionUpdate | None, previous: dict[str, Any]) -> str | None:
+    """Serving that was True and is False now is something that stopped working: Degraded until it serves again."""
+    if serving is None or serving.status != "False":
+        return None
+    conditions: list[dict[str, Any]] = previous.get("conditions") or []
+    was: dict[str, Any] = next((c for c in conditions if c.get("type") == "Serving"), {})
+    degraded: dict[str, Any] = next((c for c in conditions if c.get("type") == "Degraded"), {})
+    if was.get("status") == "True" or (
+        degraded.get("status") == "True"
+        and "ServingFailed" in str(degraded.get("reason", "")) + str(degraded.get("message", ""))
+    ):
+        return f"the deployment served and no longer does: {serving.message}"
+    return None
 
 
 def _pool_status(

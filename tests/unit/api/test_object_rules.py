@@ -56,3 +56,23 @@ def test_router_resources_are_exactly_what_is_written_or_the_defaults() -> None:
         render_deployment(validate_deployment(copy.deepcopy(BASE)).deployment, "ns"), "Deployment", "m-router"
     )  # type: ignore[arg-type]
     assert default["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"memory": "1Gi"}
+
+
+@pytest.mark.parametrize(
+    ("rollout", "serving"),
+    [({"maxSurge": 0, "maxUnavailable": 1}, {}), ({"maxSurge": 0}, {"check": {"mode": "Report"}})],
+    ids=["with maxUnavailable", "check reporting"],
+)
+def test_maxsurge_0_behind_the_serving_gate_is_fine_with_room_or_without_the_gate(
+    rollout: dict[str, Any], serving: dict[str, Any]
+) -> None:
+    """The neighbours of the gated-rollout case: a pool that may lose a pod, or one the check does not gate."""
+    change, _, _ = CASES["maxSurge 0 on a pool behind the serving gate"]
+    document = case_document(change, None)
+    document["spec"]["prefill"]["rollout"] = rollout
+    document["spec"]["serving"] = serving
+    result = validate_deployment(document)
+    assert result.deployment is not None, result.problems
+    prefill = find(render_deployment(result.deployment, "ns"), "Deployment", "m-prefill")
+    assert prefill["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert bool(prefill["spec"]["template"]["spec"].get("readinessGates")) == (not serving)

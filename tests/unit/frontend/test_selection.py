@@ -168,3 +168,15 @@ def test_property_no_mixed_revision_pair_ever(
         else:
             complete = {r for role, r in engines if role == "prefill"} & {r for role, r in engines if role == "decode"}
             assert not complete
+
+
+def test_candidates_are_never_chosen_but_listed_as_probe_pairs() -> None:
+    from dataclasses import replace
+
+    s = Selector()
+    waiting = replace(eng("decode", 1), candidate=True)
+    s.update([eng("prefill", 0), eng("decode", 0), waiting, replace(eng("prefill", 1, "new"), candidate=True)])
+    assert {chosen(s).label for _ in range(6)} == {"p0->d0"}
+    assert [p.label for p in s.candidate_pairs()] == ["p0->d1"]  # same revision only; p1new has no partner
+    assert s.revisions(0.0) == {"": 1}
+    assert [e.name for e in s.candidates("decode")] == ["d1"]

@@ -266,6 +266,57 @@ async def test_probe_finds_a_broken_pair_and_drain_takes_it_out() -> None:
     assert [p["drained"] for p in listing["pairs"]] == [False, True]
 
 
+async def test_a_candidate_is_probed_on_request_and_listed_but_never_serves_users() -> None:
+    from dataclasses import replace as with_
+
+    prefills, decodes = sim_engines("nixl", decodes=2)
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+        engines = engines_for(prefills, decodes)  # the sims' ports are known once they serve
+        s.frontend.set_engines([with_(e, candidate=True) if e.name == "decode-1" else e for e in engines])
+        served = {
+            (await s.post("/v1/completions", {"prompt": "x", "max_tokens": 1}))[2]["X-Disagg-Decode"] for _ in range(4)
+        }
+        listed = await (await s.session.get(s.url + "/disagg/v1/pairs?candidates=true")).json()
+        plain = await (await s.session.get(s.url + "/disagg/v1/pairs")).json()
+        _, report, _ = await s.post(
+            "/disagg/v1/probe", {"pairs": [{"prefill": "prefill-0", "decode": "decode-1"}], "deadline_seconds": 5}
+        )
+        _, everything, _ = await s.post("/disagg/v1/probe", {"pairs": "all", "include_candidates": True})
+    assert served == {"decode-0"}
+    assert [(p["decode"], p.get("candidate", False)) for p in listed["pairs"]] == [
+        ("decode-0", False),
+        ("decode-1", True),
+    ]
+    assert [p["decode"] for p in plain["pairs"]] == ["decode-0"]
+    (result,) = report["results"]
+    assert (result["ok"], result["candidate"], result["kv_transferred"]) == (True, True, True), result["error"]
+    assert sorted((r["decode"], r["candidate"]) for r in everything["results"]) == [
+        ("decode-0", False),
+        ("decode-1", True),
+    ]
+
+
+async def test_the_simulator_reproduces_stale_peers_as_measured_on_vllm() -> None:
+    """D105: a restarted prefill under the same engine id wedges its decode; a restarted decode heals itself."""
+    prefills, decodes = sim_engines("nixl")
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+
+        async def probe() -> dict[str, object]:
+            _, report, _ = await s.post("/disagg/v1/probe", {"pairs": "all", "deadline_seconds": 5})
+            (result,) = report["results"]
+            return dict(result)
+
+        assert (await probe())["ok"] is True
+        decodes[0].restart()
+        assert (await probe())["ok"] is True
+        prefills[0].restart()
+        broken = await probe()
+        assert broken["ok"] is False and "NIXL_ERR_REMOTE_DISCONNECT" in str(broken["error"])
+        assert (await probe())["ok"] is False  # it stays broken: nothing re-handshakes
+        decodes[0].restart()  # only a fresh decode (or a new prefill engine id) clears it
+        assert (await probe())["ok"] is True
+
+
 async def test_disagg_frontend_serves_moriio_engines_that_registered_over_zmq() -> None:
     """`disagg frontend --discovery moriio-registration` as a process: engines announce themselves, then serve."""
     import subprocess

@@ -35,7 +35,7 @@ from tests.support.apiserver_rules import object_violations
 from tests.support.bad_specs import cel_program
 from tests.support.crdschema import apply_defaults, schema_errors, unknown_fields
 from tests.support.rendering import pod_templates
-from tests.support.spec_strategies import BASES, documents
+from tests.support.spec_strategies import BASES, OPERATORS_FRONTEND, documents
 
 EXAMPLES = int(os.environ.get("DISAGG_FUZZ_EXAMPLES", "250"))
 K8S_VERSION = "1.37.0"
@@ -148,3 +148,26 @@ def test_a_renderer_producing_a_refused_object_is_caught() -> None:
     assert len(list(object_violations(broken))) == 2
     with pytest.raises(jsonschema.ValidationError):
         _strict_schema({**broken, "spec": {**broken["spec"], "paused": "yes"}})
+
+
+@pytest.mark.parametrize("pool", [{}, {"engine": {"shutdownTimeoutSeconds": 0}, "terminationGracePeriodSeconds": 0}])
+@pytest.mark.parametrize("base", range(len(BASES)))
+def test_pools_behind_the_serving_gate_render_what_the_api_server_accepts(
+    base: int, pool: dict[str, Any], resource_schema: dict[str, Any]
+) -> None:
+    """Every example behind the operator's frontend: the readiness gate, the pre-stop sleep, the drain timeout,
+    the grace period and the gated rollout limits pass the same checks as the generated specs."""
+    document = copy.deepcopy(BASES[base])
+    document["spec"].setdefault("frontend", {}).setdefault("router", {})["customContainer"] = OPERATORS_FRONTEND
+    for role in ("prefill", "decode"):
+        document["spec"].setdefault(role, {}).update(copy.deepcopy(pool))
+    result = validate_deployment(copy.deepcopy(document))
+    assert result.deployment is not None, result.problems
+    assert check(document, resource_schema) == "accepted"
+    gated = [
+        obj
+        for obj in render_deployment(result.deployment, "ns")
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"].endswith(("-prefill", "-decode"))
+    ]
+    for obj in gated:
+        assert obj["spec"]["template"]["spec"]["readinessGates"] == [{"conditionType": "disagg.dev/serving"}]

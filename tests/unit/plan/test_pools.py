@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.api.owned import ENGINE_HTTP_PORT
+from disagg.api.resolve import may_gate_pools
+from disagg.api.serving import CheckMode
 from disagg.names import LWS_WORKER_INDEX_LABEL
 from disagg.plan import DeploymentPlan, build_plan
-from disagg.plan.model import WorkloadPlan
+from disagg.plan.model import Installation, WorkloadPlan
 from tests.support.rendering import deployment_from_yaml
 
 
-def plan(spec: str, metadata: str = "{name: t}") -> DeploymentPlan:
+def plan(spec: str, metadata: str = "{name: t}", serving: CheckMode = "Enforce") -> DeploymentPlan:
     text = f"apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {metadata}\nspec:\n{spec}"
-    return build_plan(deployment_from_yaml(text), "ns")
+    return build_plan(deployment_from_yaml(text), "ns", Installation(serving_check=serving))
 
 
 def workload(p: DeploymentPlan, name: str) -> WorkloadPlan:
@@ -150,3 +152,57 @@ def test_a_deployment_read_from_a_cluster_owns_its_children() -> None:
             "blockOwnerDeletion": True,
         }
     ]
+
+
+FRONTEND_ROUTER = """  frontend:
+    router:
+      customContainer:
+        image: ghcr.io/disagg-dev/disagg-operator:0.1.0
+        command: [disagg, frontend]
+        extraPorts: {admin: 8001}
+"""
+
+
+def test_gated_engines_drain_their_requests_after_the_frontend_stopped_choosing_them() -> None:
+    # vLLM's default --shutdown-timeout (0) aborts in-flight requests on SIGTERM: every pod a paced rollout removes
+    # would fail what it was serving.
+    gated = plan("  model: {name: m}\n" + FRONTEND_ROUTER)
+    for role in ("prefill", "decode"):
+        argv = engine(gated, role).argv
+        assert argv[argv.index("--shutdown-timeout") + 1] == "30"
+        pod = workload(gated, f"t-{role}").pod
+        assert pod.containers[0].lifecycle == {"preStop": {"sleep": {"seconds": 5}}}
+        assert pod.spec_extra["terminationGracePeriodSeconds"] == 5 + 30 + 30
+    # The spec's own timeout wins; without the gate (vllm-router, or Report) nothing changes.
+    own = plan("  model: {name: m}\n  engine: {shutdownTimeoutSeconds: 90}\n" + FRONTEND_ROUTER)
+    argv = engine(own, "decode").argv
+    assert argv[argv.index("--shutdown-timeout") + 1] == "90"
+    assert workload(own, "t-decode").pod.spec_extra["terminationGracePeriodSeconds"] == 5 + 90 + 30
+    vllm_router = "  frontend: {router: {implementation: vllm-router}}\n"
+    for ungated in (
+        plan("  model: {name: m}\n" + vllm_router),
+        plan("  model: {name: m}\n" + FRONTEND_ROUTER, serving="Report"),
+    ):
+        assert "--shutdown-timeout" not in engine(ungated, "decode").argv
+        pod = workload(ungated, "t-decode").pod
+        assert pod.containers[0].lifecycle is None and pod.spec_extra["terminationGracePeriodSeconds"] == 30
+
+
+def test_validation_and_the_planner_agree_on_which_pools_are_gated() -> None:
+    # api/resolve.py gates_pools decides it once: the operator's frontend (the default, or a custom router container
+    # with an admin port) and an enforcing check. Validation reads an unset mode as Enforce.
+    cases = {
+        "": True,  # the operator's frontend is the default router
+        "  frontend: {router: {implementation: disagg-frontend}}\n": True,
+        FRONTEND_ROUTER: True,
+        "  frontend: {router: {implementation: vllm-router}}\n": False,
+        "  serving: {check: {mode: Report}}\n": False,
+        "  frontend:\n    router:\n      customContainer: {image: r:1, command: [r]}\n": False,
+    }
+    for extra, expected in cases.items():
+        head = "apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {name: t}\nspec:\n"
+        deployment = deployment_from_yaml(f"{head}  model: {{name: m}}\n{extra}")
+        planned = build_plan(deployment, "ns", Installation(serving_check="Enforce"))
+        gated = "readinessGates" in workload(planned, "t-decode").pod.spec_extra
+        assert may_gate_pools(deployment.spec) == gated == planned.serving.gated == expected, extra
+        assert planned.serving.method == ("pairs" if expected or "Report" in extra else "endpoint"), extra

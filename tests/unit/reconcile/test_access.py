@@ -36,6 +36,8 @@ from tests.support.engines import EnginePods
 from tests.support.fake_kube import ApiError, FakeApiServer
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
 from tests.support.rendering import example_deployment
+from tests.support.serving import checked_harness, create_pod, kubelet
+from tests.unit.reconcile.test_pass_serving import FRONTEND
 
 Access = tuple[str, str, str]
 """(API group, resource[/subresource], verb)."""
@@ -126,7 +128,40 @@ async def scenario_accesses() -> set[Access]:
             now[0] += 15
         await autoscaler.close()
     assert scaled.events("ScaledUp")  # the scaler did write replicas
+    await serving_scenario(server)
     return server.accesses
+
+
+async def serving_scenario(server: FakeApiServer) -> None:
+    """The serving check admits engines (pods/status), recreates one whose pairs fail (pods delete) and rolls a
+    stuck rollout back (replicasets list)."""
+    document = deployment_document(FRONTEND.replace("name: m", "name: v"))
+    document["spec"]["serving"] = {
+        "check": {"failureThreshold": 1},
+        "rollout": {"progressDeadline": "1m", "onStuck": "Rollback"},
+    }
+    h, frontend, clock = checked_harness(document, server)
+    await h.reconcile()
+    for name, role in (("v-prefill-a", "prefill"), ("v-decode-a", "decode")):
+        create_pod(server, "v", name, role, gated=True, revision="old")
+    create_pod(server, "v", "v-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    await h.reconcile()
+    kubelet(server)
+    for name, role in (("v-prefill-b", "prefill"), ("v-decode-b", "decode")):
+        create_pod(server, "v", name, role, gated=True)
+    frontend.behaviour = lambda p, d: p.endswith("a") and d.endswith("a")
+    for _ in range(9):
+        clock.now += 10
+        await h.reconcile()
+    assert h.status["rollout"]["state"] == "RolledBack"
+    for name in ("v-prefill-b", "v-decode-b"):  # what the Deployments do once their templates are rolled back
+        server.remove("Pod", NAMESPACE, name)
+    frontend.behaviour = lambda p, d: False
+    for _ in range(3):
+        clock.now += 10
+        await h.reconcile()
+    assert h.events("RecreatedEngine")
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,13 @@ import pytest
 
 from disagg.api.units import parse_quantity
 from disagg.plan import build_plan
-from disagg.render import render_deployment
+from disagg.plan.model import Installation
+from disagg.render import render_deployment, render_plan
 from tests.conftest import EXAMPLES
 from tests.support.rendering import (
     deployment_from_yaml,
     env_of,
+    example_deployment,
     find,
     planned,
     pod_templates,
@@ -296,11 +298,17 @@ def test_a_shared_resource_claim_is_referenced_by_name_and_pods_without_claims_h
 
 
 def test_rollout_defaults_per_role() -> None:
-    objects = rendered(example("01-minimal"))
-    prefill = find(objects, "Deployment", "qwen3-32b-prefill")["spec"]["strategy"]["rollingUpdate"]
-    decode = find(objects, "Deployment", "qwen3-32b-decode")["spec"]["strategy"]["rollingUpdate"]
-    assert prefill == {"maxSurge": 0, "maxUnavailable": 1}
-    assert decode == {"maxSurge": 1, "maxUnavailable": 0}
+    # Without the serving gate (here: the check only reports) each role has its own defaults; behind the gate
+    # (the default frontend, the check enforcing) both pools surge and keep every old pod until a new one serves.
+    deployment = example_deployment(example("01-minimal"))
+    for mode, expected in (
+        ("Report", ({"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": 1, "maxUnavailable": 0})),
+        ("Enforce", ({"maxSurge": "100%", "maxUnavailable": 0}, {"maxSurge": "100%", "maxUnavailable": 0})),
+    ):
+        objects = render_plan(build_plan(deployment, "default", Installation(serving_check=mode)))
+        prefill = find(objects, "Deployment", "qwen3-32b-prefill")["spec"]["strategy"]["rollingUpdate"]
+        decode = find(objects, "Deployment", "qwen3-32b-decode")["spec"]["strategy"]["rollingUpdate"]
+        assert (prefill, decode) == expected, mode
 
 
 def test_hybrid_models_get_the_ssm_preset() -> None:
@@ -358,7 +366,8 @@ def test_probes_and_grace_period_suit_slow_engines() -> None:
     container = pod["containers"][0]
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] == 1800
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
-    assert pod["terminationGracePeriodSeconds"] == 300 + 30
+    # The spec's shutdown timeout (300 s), the preStop sleep of gated pods (5 s) and 30 s for the rest.
+    assert pod["terminationGracePeriodSeconds"] == 300 + 5 + 30
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     assert volumes["model"]["hostPath"]["path"] == "/mnt/model"
