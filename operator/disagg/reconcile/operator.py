@@ -23,9 +23,10 @@ from disagg.plan.model import DEFAULT_INSTALLATION, Installation
 from . import metrics
 from .autoscale import Autoscaler
 from .cache import Cache, OwnerKey
+from .election import ElectionThread
 from .informer import Informer
 from .kube import ApiClientTransport, Kube, configuration
-from .leader import LeaderElector, LeaseConfig
+from .leader import LeaseConfig
 from .ratelimit import Throttled
 from .reconciler import Reconciler
 
@@ -145,7 +146,7 @@ def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler:
 
 async def lead(
     reconciler: Reconciler,
-    elector: LeaderElector | None,
+    elector: ElectionThread | None,
     watched: list[Informer],
     options: RunOptions,
     stop: asyncio.Event,
@@ -163,7 +164,7 @@ async def lead(
         term = asyncio.Event()
         reconciler.request_all()
         workers = asyncio.create_task(reconciler.run(options.workers, options.resync_seconds, term))
-        holder = asyncio.create_task(elector.hold(stop) if elector is not None else stop.wait())
+        holder = asyncio.create_task(elector.lost(stop) if elector is not None else stop.wait())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({holder, stopping}, return_when=asyncio.FIRST_COMPLETED)
         term.set()
@@ -205,7 +206,9 @@ async def run_operator(options: RunOptions) -> None:
     watcher = Kube(ApiClientTransport(k8s.ApiClient(config), 8 * max(1, len(options.namespaces)) + 8))
     elector = None
     if options.leader_election is not None:
-        elector = LeaderElector(Kube(ApiClientTransport(k8s.ApiClient(config), 2)), options.leader_election)
+        # Its own thread, loop and connections: renewals wait neither for this loop nor for the rate limits (D152).
+        elector = ElectionThread(lambda: Kube(ApiClientTransport(k8s.ApiClient(config), 2)), options.leader_election)
+        elector.start()
         writer.may_write = elector.may_write
     identity = options.leader_election.identity if options.leader_election else default_identity()
     cache = Cache()
@@ -251,5 +254,7 @@ async def run_operator(options: RunOptions) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await autoscaler.close()
-        for kube in (writer, watcher, *([elector.kube] if elector else [])):
+        if elector is not None:
+            await elector.release()  # a no-op unless `lead` failed before it released
+        for kube in (writer, watcher):
             await kube.close()
