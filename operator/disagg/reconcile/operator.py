@@ -29,6 +29,7 @@ from .kube import ApiClientTransport, Kube, configuration
 from .leader import LeaseConfig
 from .ratelimit import Throttled
 from .reconciler import Reconciler
+from .refusals import Refusals
 
 log = logging.getLogger("disagg.operator")
 
@@ -136,9 +137,21 @@ def child_changed(reconciler: Reconciler) -> Any:
 
 
 def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler: Reconciler) -> list[Informer]:
+    """One per kind and watched namespace. What RBAC refuses them goes to the reconciler's refusals (D151); a change
+    in what is refused requests every DisaggDeployment, whose status it may change."""
     scopes: list[str | None] = list(namespaces) or [None]
     return [
-        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler), optional=kind is POD)
+        Informer(
+            kube,
+            cache,
+            kind,
+            scope,
+            OWNED_SELECTOR,
+            child_changed(reconciler),
+            optional=kind is POD,
+            refusals=reconciler.refusals,
+            on_access_changed=reconciler.request_all,
+        )
         for kind in (*CHILD_KINDS, POD)
         for scope in scopes
     ]
@@ -220,6 +233,7 @@ async def run_operator(options: RunOptions) -> None:
         autoscaler=autoscaler,
         reapply_seconds=options.reapply_seconds,
         installation=options.installation,
+        refusals=Refusals(),
     )
     watched = informers(watcher, cache, options.namespaces, reconciler)
     registry = build_registry(reconciler, cache, stop)

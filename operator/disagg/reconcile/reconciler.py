@@ -33,6 +33,7 @@ from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
 from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .refusals import Refusals
 from .rendered import CoreMemo
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
@@ -85,8 +86,11 @@ class Reconciler:
         autoscaler: Autoscaler | None = None,
         reapply_seconds: float = REAPPLY_SECONDS,
         installation: Installation = DEFAULT_INSTALLATION,
+        refusals: Refusals | None = None,
     ) -> None:
         self.kube = kube
+        self.refusals = refusals if refusals is not None else Refusals()
+        """Kinds RBAC keeps the informers from reading (D151): a pass that would write one does not run."""
         self.cache = cache
         self.installation = installation
         self.autoscaler = autoscaler
@@ -207,10 +211,26 @@ class Reconciler:
         except Exception as exc:
             log.warning("could not report the failure of %s/%s in status: %s", *key, exc)
 
+    async def _report_refused(self, owner: dict[str, Any], message: str) -> None:
+        """Degraded (AccessDenied) and a Warning event when that is new; nothing is applied or pruned."""
+        metrics.RECONCILE_ERRORS.labels("access_denied").inc()
+        previous = owner.get("status") or {}
+        report = failed_pass_status(
+            previous, previous.get("observedGeneration"), self.clock(), message, reason="AccessDenied"
+        )
+        notices = []
+        before = _degraded(owner)
+        if before is not None and before.get("reason") != "AccessDenied":
+            # Degraded already, for another reason: no transition will name this, so it gets an event of its own.
+            notices.append(Notice("Warning", "AccessDenied", message))
+        await self._publish(owner, report, notices)
+
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
     async def reconcile(self, key: Key) -> str:
-        """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
+        """Returns "ok", "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
+        DisaggDeployment again once it may read it), or "retry" (a permanent-looking failure to revisit with
+        backoff)."""
         namespace, name = key
         owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
@@ -225,8 +245,12 @@ class Reconciler:
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
-        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
         desired = core.desired()
+        refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
+        if refused:
+            await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
+            return "refused"
+        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
         if await self._claim(state, desired):
             if not await self._apply(state, desired):
                 return "gone"  # the namespace and everything in it is going away
@@ -488,9 +512,15 @@ class Reconciler:
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
 
 
-def _degraded_message(owner: dict[str, Any]) -> str:
-    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+def _degraded(owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The last status's Degraded condition, when it is True."""
     for condition in (owner.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Degraded" and condition.get("status") == "True":
-            return str(condition.get("message", ""))
-    return ""
+            return dict(condition)
+    return None
+
+
+def _degraded_message(owner: dict[str, Any]) -> str:
+    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+    condition = _degraded(owner)
+    return str(condition.get("message", "")) if condition else ""
