@@ -35,8 +35,8 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
 - RBAC refusing verbs on a kind (`refuse`, `allow`): the 403 Forbidden answer kube-apiserver gives, to requests
   and to watches alike.
 
-Not modelled: admission webhooks and policies, the rest of RBAC (who may do what is all or nothing), pagination (a list's `limit` is ignored: one page),
-defaults beyond the replica count and a Service's cluster IP.
+Not modelled: admission webhooks and policies, the rest of RBAC (who may do what is all or nothing), pagination
+(a list's `limit` is ignored: one page), defaults beyond the replica count and a Service's cluster IP.
 """
 
 from __future__ import annotations
