@@ -168,6 +168,9 @@ async def lead(
     and campaign again."""
     while not stop.is_set():
         if elector is not None and not await elector.acquire(stop):
+            if not stop.is_set():  # the election thread died (it logged why): exit, so the pod is restarted
+                log.error("leader election stopped; the operator exits")
+                stop.set()
             return
         if elector is None or elector.took_over:
             reconciler.forget_writes()

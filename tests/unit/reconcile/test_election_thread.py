@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from disagg.reconcile.cache import Cache
 from disagg.reconcile.election import ElectionThread
-from disagg.reconcile.kube import Kube
+from disagg.reconcile.kube import Kube, Response
 from disagg.reconcile.leader import LeaderElector, LeaseConfig
+from disagg.reconcile.operator import RunOptions, lead
+from disagg.reconcile.reconciler import Reconciler
 from tests.support.fake_kube import FakeApiServer
 
 NAMESPACE = "ops"
@@ -94,3 +97,19 @@ async def test_the_loop_sees_a_lost_lease_and_campaigns_again_only_when_it_asks(
         assert election.took_over  # the record named someone else (nobody) when it took it
     finally:
         await election.release()
+
+
+class Broken(FakeApiServer):
+    async def request(self, *args: object, **kwargs: object) -> Response:
+        raise RuntimeError("a bug in the elector's client")
+
+
+async def test_an_election_thread_that_dies_stops_the_operator_instead_of_idling() -> None:
+    election = ElectionThread(lambda: Kube(Broken(namespaces=(NAMESPACE,))), CONFIG)
+    election.start()
+    stop = asyncio.Event()
+    reconciler = Reconciler(Kube(FakeApiServer()), Cache())
+    async with asyncio.timeout(5):
+        await lead(reconciler, election, [], RunOptions(), stop)
+    assert stop.is_set()  # kopf stops with it, the process exits and the pod is restarted
+    await election.release()
