@@ -132,8 +132,9 @@ class Reconciler:
             self.autoscaler.reset()
 
     def request_all(self) -> None:
+        """Every known key, as revisits: a change arriving meanwhile goes ahead of them (D153)."""
         for key in sorted(self.known):
-            self.queue.add(key)
+            self.queue.add(key, revisit=True)
         metrics.QUEUE_DEPTH.set(len(self.queue))
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
@@ -148,7 +149,7 @@ class Reconciler:
         while not stop.is_set():
             await asyncio.sleep(interval)
             for key in sorted(self.known):
-                self.queue.add(key)
+                self.queue.add(key, revisit=True)
 
     async def _worker(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
