@@ -33,10 +33,12 @@ kube-apiserver by e2e/test_fake_kube_contract.py, from the same scenarios as tes
   group nothing serves (a CRD that is not installed, e.g. LeaderWorkerSet); 409 conflicts; 422 for what validation
   refuses (names, label syntax, more than one controller reference, a Deployment selector that misses its template
   or changes, a Service clusterIP that changes); 403 for new objects in a terminating namespace;
-- fault injection (`fail`) for answers the fake has no reason to give by itself (500s, 429s, 403s).
+- fault injection (`fail`) for answers the fake has no reason to give by itself (500s, 429s, 403s);
+- RBAC refusing verbs on a kind (`refuse`, `allow`): the 403 Forbidden answer kube-apiserver gives, to requests
+  and to watches alike.
 
-Not modelled: admission webhooks and policies, RBAC, pagination (a list's `limit` is ignored: one page),
-defaults beyond the replica count and a Service's cluster IP.
+Not modelled: admission webhooks and policies, the rest of RBAC (who may do what is all or nothing), pagination
+(a list's `limit` is ignored: one page), defaults beyond the replica count and a Service's cluster IP.
 """
 
 from __future__ import annotations
@@ -268,6 +270,8 @@ class FakeApiServer:
         self._namespaces: dict[str, str] = dict.fromkeys(namespaces, "Active")
         self._served: dict[str, Kind] = dict(KINDS)
         self._faults: list[_Fault] = []
+        self._refused: dict[str, set[str]] = {}
+        """kind -> the verbs RBAC refuses the client (`refuse`)."""
         self._version = 0
         self._uids = 0
         self._ips = 0
@@ -286,6 +290,7 @@ class FakeApiServer:
         body = json.loads(json.dumps(body)) if body is not None else None  # what goes over the wire is a copy
         try:
             kind, namespace, name, subresource = self._route(path)
+            self._authorize(_verb(method, name), kind, namespace)
             fault = self._fault(method, kind.name, name)
             if fault is not None:
                 return fault
@@ -303,6 +308,7 @@ class FakeApiServer:
             kind, namespace, name, _ = self._route(path)
             if name is not None or params.get("watch") not in ("1", "true"):
                 raise ApiError(400, "BadRequest", "the fake watches collections only")
+            self._authorize("watch", kind, namespace)
         except ApiError as exc:
             raise KubeError(exc.status, exc.reason, exc.message) from None
         except PageNotFound:
@@ -374,6 +380,25 @@ class FakeApiServer:
     ) -> None:
         """Answer matching requests with this error, `times` times (None: until cleared)."""
         self._faults.append(_Fault(method, kind, name, status_error(status, reason, message), times))
+
+    def refuse(self, kind: str, *verbs: str) -> None:
+        """RBAC refuses the client these verbs on `kind` (get, list, watch, create, patch, update, delete), with
+        the API server's 403 answer, until `allow`."""
+        self._refused.setdefault(kind, set()).update(verbs)
+
+    def allow(self, kind: str) -> None:
+        self._refused.pop(kind, None)
+
+    def _authorize(self, verb: str, kind: Kind, namespace: str | None) -> None:
+        if verb not in self._refused.get(kind.name, ()):
+            return
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'{kind.resource} is forbidden: User "system:serviceaccount:ops:disagg-operator" cannot {verb} resource '
+            f'"{kind.plural}" in API group "{kind.group}" {where}',
+        )
 
     def clear_faults(self) -> None:
         self._faults.clear()
@@ -851,6 +876,14 @@ class FakeApiServer:
                 return
             for kind_name, namespace, name in orphans:
                 self._delete(self._served.get(kind_name) or KINDS[kind_name], namespace, name, {}, collecting=True)
+
+
+def _verb(method: str, name: str | None) -> str:
+    """The RBAC verb of a request (a server-side apply is authorized as patch, or create when the object is new;
+    the fake asks for patch)."""
+    if method == "GET":
+        return "list" if name is None else "get"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
 
 
 def _seen_through(change: _Change, matches: Callable[[dict[str, str]], bool]) -> str | None:

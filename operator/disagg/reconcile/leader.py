@@ -14,7 +14,8 @@ then took longer than lease duration minus renew deadline to reach the API serve
 limit (D123). On shutdown the holder releases the Lease, so a rolling update hands over within one retry period.
 
 The elector talks to the API server through a `Kube` of its own: a backlog of applies behind the client-side rate
-limits must never delay a renewal.
+limits must never delay a renewal. The operator runs it on a thread and event loop of its own (`election.py`,
+D152), so the passes' CPU work does not delay renewals either.
 """
 
 from __future__ import annotations

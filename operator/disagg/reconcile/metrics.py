@@ -66,6 +66,13 @@ WATCH_RESTARTS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+INFORMER_REFUSED = Gauge(
+    "disagg_informer_refused",
+    "1 while RBAC refuses the operator's list or watch of a kind it caches (D151); scope is the watched namespace, "
+    "empty for all.",
+    ["kind", "scope"],
+    registry=REGISTRY,
+)
 LEADER = Gauge(
     "disagg_leader", "1 while this replica holds the leader lease and reconciles, else 0.", registry=REGISTRY
 )

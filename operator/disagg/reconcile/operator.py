@@ -34,12 +34,14 @@ from disagg.plan.model import DEFAULT_INSTALLATION, Installation
 from . import metrics
 from .autoscale import Autoscaler
 from .cache import Cache, OwnerKey
+from .election import ElectionThread
 from .informer import Informer
 from .kube import ApiClientTransport, Kube, configuration
-from .leader import LeaderElector, LeaseConfig
+from .leader import LeaseConfig
 from .prober import HttpProber
 from .ratelimit import Throttled
 from .reconciler import Reconciler
+from .refusals import Refusals
 from .serving import ServingChecker
 
 log = logging.getLogger("disagg.operator")
@@ -158,9 +160,21 @@ def child_changed(reconciler: Reconciler) -> Any:
 
 
 def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler: Reconciler) -> list[Informer]:
+    """One per kind and watched namespace. What RBAC refuses them goes to the reconciler's refusals (D151); a change
+    in what is refused requests every DisaggDeployment, whose status it may change."""
     scopes: list[str | None] = list(namespaces) or [None]
     return [
-        Informer(kube, cache, kind, scope, OWNED_SELECTOR, child_changed(reconciler), optional=kind in OBSERVED)
+        Informer(
+            kube,
+            cache,
+            kind,
+            scope,
+            OWNED_SELECTOR,
+            child_changed(reconciler),
+            optional=kind in OBSERVED,
+            refusals=reconciler.refusals,
+            on_access_changed=reconciler.request_all,
+        )
         for kind in (*CHILD_KINDS, *OBSERVED)
         for scope in scopes
     ]
@@ -168,7 +182,7 @@ def informers(kube: Kube, cache: Cache, namespaces: tuple[str, ...], reconciler:
 
 async def lead(
     reconciler: Reconciler,
-    elector: LeaderElector | None,
+    elector: ElectionThread | None,
     watched: list[Informer],
     options: RunOptions,
     stop: asyncio.Event,
@@ -177,6 +191,9 @@ async def lead(
     and campaign again."""
     while not stop.is_set():
         if elector is not None and not await elector.acquire(stop):
+            if not stop.is_set():  # the election thread died (it logged why): exit, so the pod is restarted
+                log.error("leader election stopped; the operator exits")
+                stop.set()
             return
         if elector is None or elector.took_over:
             reconciler.forget_writes()
@@ -186,7 +203,7 @@ async def lead(
         term = asyncio.Event()
         reconciler.request_all()
         workers = asyncio.create_task(reconciler.run(options.workers, options.resync_seconds, term))
-        holder = asyncio.create_task(elector.hold(stop) if elector is not None else stop.wait())
+        holder = asyncio.create_task(elector.lost(stop) if elector is not None else stop.wait())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({holder, stopping}, return_when=asyncio.FIRST_COMPLETED)
         term.set()
@@ -230,7 +247,9 @@ async def run_operator(options: RunOptions) -> None:
     watcher = Kube(ApiClientTransport(k8s.ApiClient(config), watches + 8))
     elector = None
     if options.leader_election is not None:
-        elector = LeaderElector(Kube(ApiClientTransport(k8s.ApiClient(config), 2)), options.leader_election)
+        # Its own thread, loop and connections: renewals wait neither for this loop nor for the rate limits (D152).
+        elector = ElectionThread(lambda: Kube(ApiClientTransport(k8s.ApiClient(config), 2)), options.leader_election)
+        elector.start()
         writer.may_write = elector.may_write
     identity = options.leader_election.identity if options.leader_election else default_identity()
     cache = Cache()
@@ -245,6 +264,7 @@ async def run_operator(options: RunOptions) -> None:
         reapply_seconds=options.reapply_seconds,
         installation=replace(options.installation, serving_check=options.serving_check),
         serving=serving,
+        refusals=Refusals(),
     )
     watched = informers(watcher, cache, options.namespaces, reconciler)
     registry = build_registry(reconciler, cache, stop)
@@ -280,5 +300,7 @@ async def run_operator(options: RunOptions) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         await autoscaler.close()
         await serving.close()
-        for kube in (writer, watcher, *([elector.kube] if elector else [])):
+        if elector is not None:
+            await elector.release()  # a no-op unless `lead` failed before it released
+        for kube in (writer, watcher):
             await kube.close()

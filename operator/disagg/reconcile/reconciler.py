@@ -35,6 +35,7 @@ from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
 from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .refusals import Refusals
 from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
@@ -101,6 +102,7 @@ class Reconciler:
         reapply_seconds: float = REAPPLY_SECONDS,
         installation: Installation = DEFAULT_INSTALLATION,
         serving: ServingChecker | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         """`serving`: the serving check (None: no check; the status then says nothing about serving, and the plan
         gates no pod: `installation.serving_check` counts as Off). `installation.serving_check`: the check's mode
@@ -108,6 +110,8 @@ class Reconciler:
         if serving is None:
             installation = replace(installation, serving_check="Off")
         self.kube = kube
+        self.refusals = refusals if refusals is not None else Refusals()
+        """Kinds RBAC keeps the informers from reading (D151): a pass that would write one does not run."""
         self.cache = cache
         self.installation = installation
         self.autoscaler = autoscaler
@@ -154,8 +158,9 @@ class Reconciler:
             self.serving.memory.clear()  # failing streaks and drains as this replica last saw them
 
     def request_all(self) -> None:
+        """Every known key, as revisits: a change arriving meanwhile goes ahead of them (D153)."""
         for key in sorted(self.known):
-            self.queue.add(key)
+            self.queue.add(key, revisit=True)
         metrics.QUEUE_DEPTH.set(len(self.queue))
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
@@ -170,7 +175,7 @@ class Reconciler:
         while not stop.is_set():
             await asyncio.sleep(interval)
             for key in sorted(self.known):
-                self.queue.add(key)
+                self.queue.add(key, revisit=True)
 
     async def _worker(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -233,10 +238,26 @@ class Reconciler:
         except Exception as exc:
             log.warning("could not report the failure of %s/%s in status: %s", *key, exc)
 
+    async def _report_refused(self, owner: dict[str, Any], message: str) -> None:
+        """Degraded (AccessDenied) and a Warning event when that is new; nothing is applied or pruned."""
+        metrics.RECONCILE_ERRORS.labels("access_denied").inc()
+        previous = owner.get("status") or {}
+        report = failed_pass_status(
+            previous, previous.get("observedGeneration"), self.clock(), message, reason="AccessDenied"
+        )
+        notices = []
+        before = _degraded(owner)
+        if before is not None and before.get("reason") != "AccessDenied":
+            # Degraded already, for another reason: no transition will name this, so it gets an event of its own.
+            notices.append(Notice("Warning", "AccessDenied", message))
+        await self._publish(owner, report, notices)
+
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
     async def reconcile(self, key: Key) -> str:
-        """Returns "ok", "invalid", "gone", or "retry" (a permanent-looking failure to revisit with backoff)."""
+        """Returns "ok", "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
+        DisaggDeployment again once it may read it), or "retry" (a permanent-looking failure to revisit with
+        backoff)."""
         namespace, name = key
         owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
@@ -251,9 +272,13 @@ class Reconciler:
             await self._publish(owner, compute_status(inputs), [])
             return "invalid"
 
+        desired = core.desired()
+        refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
+        if refused:
+            await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
+            return "refused"
         state = PassState(key, owner, core.plan, live=self._children(namespace, name))
         state.held = held_revision(previous, generation) if core.plan.serving.gated else None
-        desired = core.desired()
         if await self._claim(state, desired):
             if state.held is not None:
                 await self._hold_templates(state, desired, state.held)
@@ -610,9 +635,15 @@ def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
     }
 
 
-def _degraded_message(owner: dict[str, Any]) -> str:
-    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+def _degraded(owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The last status's Degraded condition, when it is True."""
     for condition in (owner.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Degraded" and condition.get("status") == "True":
-            return str(condition.get("message", ""))
-    return ""
+            return dict(condition)
+    return None
+
+
+def _degraded_message(owner: dict[str, Any]) -> str:
+    """What the last status said was wrong, so a conflict already reported is not reported again as an event."""
+    condition = _degraded(owner)
+    return str(condition.get("message", "")) if condition else ""

@@ -86,12 +86,15 @@ def _invalid_status(inputs: StatusInputs) -> StatusReport:
     return StatusReport(status, transitions)
 
 
-def failed_pass_status(previous: dict[str, Any], generation: int | None, now: str, message: str) -> StatusReport:
+def failed_pass_status(
+    previous: dict[str, Any], generation: int | None, now: str, message: str, reason: str = "ReconcileFailed"
+) -> StatusReport:
     """A pass that keeps failing before it reaches the status step says so (Degraded, ReconcileFailed) instead of
-    leaving the last status, or none, in place. observedGeneration stays: this generation was not reconciled."""
+    leaving the last status, or none, in place; so does one that cannot run (AccessDenied, D151).
+    observedGeneration stays: this generation was not reconciled."""
     conditions, transitions = apply_conditions(
         previous.get("conditions") or [],
-        [ConditionUpdate("Degraded", "True", "ReconcileFailed", _truncate(message))],
+        [ConditionUpdate("Degraded", "True", reason, _truncate(message))],
         generation,
         now,
     )

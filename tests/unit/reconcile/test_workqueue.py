@@ -79,3 +79,36 @@ async def test_forget_cancels_the_timer_and_the_count() -> None:
     assert queue.due_in(key) is None and queue.failures(key) == 0
     await asyncio.sleep(0.03)
     assert len(queue) == 0
+
+
+async def test_changes_go_ahead_of_revisits_and_a_revisited_key_that_changes_is_moved_up() -> None:
+    """A resync queues every key at once; a change arriving behind them must not wait for all of them (D153)."""
+    queue = WorkQueue()
+    for name in ("a", "b", "c"):
+        queue.add(("ns", name), revisit=True)
+    queue.add(("ns", "new"))
+    queue.add(("ns", "c"))  # c changes while waiting for its revisit
+    queue.add(("ns", "new"), revisit=True)  # a revisit never moves a key back
+    assert len(queue) == 4
+    assert [await queue.get() for _ in range(4)] == [("ns", "new"), ("ns", "c"), ("ns", "a"), ("ns", "b")]
+
+
+async def test_a_change_to_a_key_in_its_pass_is_redone_ahead_of_revisits() -> None:
+    queue = WorkQueue()
+    queue.add(("ns", "a"))
+    key = await queue.get()
+    queue.add(("ns", "b"), revisit=True)
+    queue.add(key, revisit=True)
+    queue.add(key)  # the change wins over the revisit
+    queue.done(key)
+    assert await queue.get() == key
+    assert await queue.get() == ("ns", "b")
+
+
+async def test_a_worker_waiting_on_an_empty_queue_wakes_for_either_lane() -> None:
+    queue = WorkQueue()
+    waiting = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)
+    queue.add(("ns", "a"), revisit=True)
+    async with asyncio.timeout(1):
+        assert await waiting == ("ns", "a")
