@@ -415,6 +415,39 @@ def test_a_first_burst_gets_the_plain_window_and_recurring_ones_a_hold_to_their_
     assert run.state is not None and len(run.state.prefill.bursts) == 2
 
 
+def test_a_spike_caught_short_in_steps_is_one_burst_and_the_hold_reaches_the_next_spike() -> None:
+    # Each spike is caught short twice, a minute apart (2 -> 3, then 3 -> 4 on the next breach), and the spikes
+    # recur every 15 minutes with a calm 20 req/s (2 replicas' worth) between them.
+    def spikes(tuning: Tuning) -> tuple[Run, list[int]]:
+        run = Run(make_spec(), tuning)
+        run.steady(25)
+        out: list[int] = []
+        for _ in range(2):
+            d = run.step(prefill_snap(run.now, rps=40.0, ttft=1.2, waiting=5), decode_snap(run.now))
+            for _ in range(3):
+                d = run.step(prefill_snap(run.now, ready=3, rps=40.0, ttft=0.3), decode_snap(run.now))
+            d = run.step(prefill_snap(run.now, ready=3, rps=60.0, ttft=1.5, waiting=5), decode_snap(run.now))
+            assert d.prefill is not None and d.prefill.replicas == 5  # 3 x 1.5 s / 1 s
+            out = []
+            for _ in range(55):  # 55 intervals (825 s) of calm: the next spike would come 15 minutes after this one
+                d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+                assert d.prefill is not None
+                out.append(d.prefill.replicas)
+        return run, out
+
+    # Counted step by step, the bursts are 60 s, 840 s and 60 s apart: the median gap is a minute, the hold is the
+    # plain 300 s window and the pool gives the capacity back long before the third spike.
+    steps, released = spikes(Tuning())
+    assert steps.state is not None and len(steps.state.prefill.bursts) == 4
+    assert 19 <= released.index(4) <= 24 and released[-1] == 2
+    # As episodes, the spikes are 900 s apart: the capacity stays through the calm (a longer hold than the median
+    # gap of one-off bursts needs the longest recent gap, within four windows).
+    episodes, held = spikes(Tuning(burst_episode_windows=1.0, burst_gap_quantile=1.0, burst_gap_factor=1.0,
+                                   burst_hold_windows=4.0))  # fmt: skip
+    assert episodes.state is not None and len(episodes.state.prefill.bursts) == 2
+    assert held == [5] * 55
+
+
 def test_a_broken_slo_at_scale_up_counts_as_a_burst() -> None:
     run = Run(make_spec())
     run.steady(25)

@@ -135,6 +135,19 @@ class Tuning:
     long calm stretches on traces whose bursts come every minute or two, where the plain window already spans the
     gaps."""
     burst_gap_factor: float = 1.25
+    burst_gap_quantile: float = 0.5
+    """Which of the recent gaps between bursts the adaptive hold is sized on (0.5: the median, 1: the longest). The
+    gaps between a trace's spikes are irregular: a hold sized on the median lets the capacity go before about half
+    of the next spikes arrive, and each such release is two reversals."""
+    burst_episode_windows: float = 0.0
+    """A burst within this many scaleDown windows of the pool's last one continues the same episode: it renews the
+    hold but does not count as a new burst in the gaps (0: every caught-short scale-up is a burst of its own). One
+    spike caught short takes two or three scale-ups a minute or two apart; counted as bursts, those steps make the
+    median gap a minute or two and the hold lets the capacity go between spikes that recur every 10-20 minutes."""
+    burst_hold_shared: bool = False
+    """Each pool holds through the other's bursts too: in P/D a spike of requests is a spike for both pools, but
+    only prefill is caught short (decode's scale-ups at a spike are the model's, never a broken SLO), so decode
+    alone never learns that the spikes recur and gives its replicas back between them."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

@@ -150,8 +150,10 @@ def _remember(
     if final.replicas > final.previous and proposal.need is not None:
         jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
+            episode = tuning.burst_episode_windows * config.down_window_s
+            if burst_at is None or now - burst_at > episode:  # else the same spike caught short again
+                bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
             burst_at = now
-            bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
     if proposal.need is not None:
         reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
         keep_after = now - max(

@@ -54,6 +54,8 @@ def stabilized(
     if proposal.settling and len(history) > 1:
         up_to = min(up_to, history[-2].up_to)  # undoing our own scale-down takes two evaluations in a row
     window = down_window(config, state.memory(name), now, tuning)
+    if tuning.burst_hold_shared:
+        window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
     down_to = max(down_to, reserve(history, now, tuning))
@@ -139,8 +141,17 @@ def burst_hold(config: PolicyConfig, memory: PoolMemory, tuning: Tuning) -> floa
     gaps = sorted(b - a for a, b in itertools.pairwise(memory.bursts))
     if not gaps:
         return window
-    median = gaps[len(gaps) // 2] if len(gaps) % 2 else (gaps[len(gaps) // 2 - 1] + gaps[len(gaps) // 2]) / 2
-    return min(max(tuning.burst_gap_factor * median, window), max(longest, window))
+    gap = quantile(gaps, tuning.burst_gap_quantile)
+    return min(max(tuning.burst_gap_factor * gap, window), max(longest, window))
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated between neighbours (0.5 of an even count: the middle two's
+    mean)."""
+    position = min(max(q, 0.0), 1.0) * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (position - low) * (ordered[high] - ordered[low])
 
 
 def constrain(
