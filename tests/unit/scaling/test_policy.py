@@ -448,6 +448,36 @@ def test_a_spike_caught_short_in_steps_is_one_burst_and_the_hold_reaches_the_nex
     assert held == [5] * 55
 
 
+def test_a_pool_caught_short_right_after_our_scale_down_keeps_the_size_it_came_from() -> None:
+    # 20 req/s needs 2 replicas by the queueing model, but arrivals come in clumps the model does not see: right
+    # after the pool came down 3 -> 2 the TTFT breaks with a queue, and the feedback takes it back to 3.
+    def after_shortage(tuning: Tuning) -> tuple[list[int], str]:
+        run = Run(make_spec(), tuning)
+        run.steady(25)
+        d = run.steady(30, ready=3, rps=40.0)
+        assert d.prefill is not None and d.prefill.replicas == 3
+        while d.prefill.replicas == 3:  # the calm: down to 2 once the window has passed
+            d = run.step(prefill_snap(run.now, ready=3, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+        d = run.step(prefill_snap(run.now, ready=2, rps=20.0), decode_snap(run.now))  # the survivors settle
+        d = run.step(prefill_snap(run.now, ready=2, rps=20.0, ttft=1.5, waiting=5), decode_snap(run.now))
+        assert d.prefill is not None and d.prefill.replicas == 3  # caught short: 2 x 1.5 s / 1 s
+        out = []
+        for _ in range(80):  # 20 calm minutes at the same 20 req/s
+            d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+            out.append(d.prefill.replicas)
+        return out, d.prefill.reason
+
+    # Without the lesson the pool comes down to the same 2 again once the window has passed: a second reversal.
+    plain, _ = after_shortage(Tuning())
+    assert plain[-1] == 2
+    # With it, 2 is known to be too few for this traffic for the next hour.
+    learned, reason = after_shortage(Tuning(learn_floor=True))
+    assert learned == [3] * 80
+    assert "caught short at 2 replicas" in reason
+
+
 def test_a_broken_slo_at_scale_up_counts_as_a_burst() -> None:
     run = Run(make_spec())
     run.steady(25)

@@ -148,6 +148,12 @@ class Tuning:
     """Each pool holds through the other's bursts too: in P/D a spike of requests is a spike for both pools, but
     only prefill is caught short (decode's scale-ups at a spike are the model's, never a broken SLO), so decode
     alone never learns that the spikes recur and gives its replicas back between them."""
+    learn_floor: bool = False
+    """A pool caught short within one scaleDown window of our own scale-down learns that the size it came down
+    to is too small: it is not scaled below the next one up for `burst_memory_s`. The load model cannot see every
+    shortage: with clumped arrivals (bursty's Gamma CV 3 base load) the queueing model's need at 15% utilisation is
+    half a replica, while the clumps break the TTFT of two; each such scale-down came back within minutes, as two
+    reversals and a lost window."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

@@ -58,7 +58,8 @@ def stabilized(
         window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
-    down_to = max(down_to, reserve(history, now, tuning))
+    floor = learned_floor(state.memory(name), now, tuning)
+    down_to = max(down_to, reserve(history, now, tuning), floor)
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
     # unless the SLO is already broken.
     within = proposal.need <= current * (1.0 + tuning.up_tolerance) and not proposal.breach
@@ -74,6 +75,8 @@ def stabilized(
         if rise is not None:
             return current, f"scale-down deferred: the need is rising ({rise * 60:+.2f} replicas/min over the window)"
         return max(down_to, current - config.down_step), "scale down"
+    if floor >= current and history[-1].down_to < current:
+        return current, f"scale-down deferred: caught short at {floor - 1} replicas within the last hour"
     return current, "steady"
 
 
@@ -87,6 +90,13 @@ def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> 
     if not needs:
         return 0
     return ceil_replicas(needs[min(int(tuning.reserve_quantile * len(needs)), len(needs) - 1)])
+
+
+def learned_floor(memory: PoolMemory, now: float, tuning: Tuning) -> int:
+    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent."""
+    if not tuning.learn_floor or memory.floor_at is None or now - memory.floor_at > tuning.burst_memory_s:
+        return 0
+    return memory.floor
 
 
 def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> float | None:
