@@ -360,7 +360,12 @@ def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
     assert "64 per replica" in capped.decode.reason
 
 
-FIXED_HOLD = Tuning(burst_hold_adaptive=False)
+FIXED_HOLD = Tuning(burst_hold_adaptive=False, burst_hold_windows=3.0)
+STEP_BURSTS = Tuning(
+    burst_episode_windows=0.0, burst_gap_quantile=0.5, burst_gap_factor=1.25, burst_hold_windows=3.0, learn_floor=False
+)
+"""The burst hold before bursty's decision logs were read: every caught-short scale-up a burst, 1.25 x the median
+gap, at most three windows, no learned floor."""
 
 
 def test_a_fixed_burst_hold_keeps_its_capacity_three_scale_down_windows() -> None:
@@ -408,10 +413,10 @@ def test_a_first_burst_gets_the_plain_window_and_recurring_ones_a_hold_to_their_
     # 300 s window (a little more: the need learned at 4 replicas settles for a few intervals first).
     first = spike_then_calm(39)
     assert 19 <= first.index(3) <= 24
-    # The second comes 600 s after the first: now capacity stays 1.25 x 600 = 750 s, so a third on the same
-    # rhythm would find it (and no longer than that: not the fixed 900 s).
+    # The second comes 600 s after the first: now capacity stays as long as the longest gap, 600 s, so a third on
+    # the same rhythm would find it (and no longer than that: not the fixed 1200 s).
     second = spike_then_calm(60)
-    assert second[:49] == [4] * 49 and second[49] == 3
+    assert second[:39] == [4] * 39 and second[39] == 3
     assert run.state is not None and len(run.state.prefill.bursts) == 2
 
 
@@ -437,14 +442,14 @@ def test_a_spike_caught_short_in_steps_is_one_burst_and_the_hold_reaches_the_nex
 
     # Counted step by step, the bursts are 60 s, 840 s and 60 s apart: the median gap is a minute, the hold is the
     # plain 300 s window and the pool gives the capacity back long before the third spike.
-    steps, released = spikes(Tuning())
+    steps, released = spikes(STEP_BURSTS)
     assert steps.state is not None and len(steps.state.prefill.bursts) == 4
     assert 19 <= released.index(4) <= 24 and released[-1] == 2
-    # As episodes, the spikes are 900 s apart: the capacity stays through the calm (a longer hold than the median
-    # gap of one-off bursts needs the longest recent gap, within four windows).
-    episodes, held = spikes(Tuning(burst_episode_windows=1.0, burst_gap_quantile=1.0, burst_gap_factor=1.0,
-                                   burst_hold_windows=4.0))  # fmt: skip
+    # As episodes, the spikes are 900 s apart: the hold is that gap, and the capacity stays through the calm.
+    episodes, held = spikes(Tuning())
     assert episodes.state is not None and len(episodes.state.prefill.bursts) == 2
+    unmerged, _ = spikes(Tuning(burst_episode_windows=0.0))
+    assert unmerged.state is not None and len(unmerged.state.prefill.bursts) == 4
     assert held == [5] * 55
 
 
@@ -470,10 +475,10 @@ def test_a_pool_caught_short_right_after_our_scale_down_keeps_the_size_it_came_f
         return out, d.prefill.reason
 
     # Without the lesson the pool comes down to the same 2 again once the window has passed: a second reversal.
-    plain, _ = after_shortage(Tuning())
+    plain, _ = after_shortage(Tuning(learn_floor=False))
     assert plain[-1] == 2
     # With it, 2 is known to be too few for this traffic for the next hour.
-    learned, reason = after_shortage(Tuning(learn_floor=True))
+    learned, reason = after_shortage(Tuning())
     assert learned == [3] * 80
     assert "caught short at 2 replicas" in reason
 
