@@ -360,7 +360,12 @@ def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
     assert "64 per replica" in capped.decode.reason
 
 
-FIXED_HOLD = Tuning(burst_hold_adaptive=False)
+FIXED_HOLD = Tuning(burst_hold_adaptive=False, burst_hold_windows=3.0)
+STEP_BURSTS = Tuning(
+    burst_episode_windows=0.0, burst_gap_quantile=0.5, burst_gap_factor=1.25, burst_hold_windows=3.0, learn_floor=False
+)
+"""The burst hold before bursty's decision logs were read: every caught-short scale-up a burst, 1.25 x the median
+gap, at most three windows, no learned floor."""
 
 
 def test_a_fixed_burst_hold_keeps_its_capacity_three_scale_down_windows() -> None:
@@ -408,11 +413,74 @@ def test_a_first_burst_gets_the_plain_window_and_recurring_ones_a_hold_to_their_
     # 300 s window (a little more: the need learned at 4 replicas settles for a few intervals first).
     first = spike_then_calm(39)
     assert 19 <= first.index(3) <= 24
-    # The second comes 600 s after the first: now capacity stays 1.25 x 600 = 750 s, so a third on the same
-    # rhythm would find it (and no longer than that: not the fixed 900 s).
+    # The second comes 600 s after the first: now capacity stays as long as the longest gap, 600 s, so a third on
+    # the same rhythm would find it (and no longer than that: not the fixed 1200 s).
     second = spike_then_calm(60)
-    assert second[:49] == [4] * 49 and second[49] == 3
+    assert second[:39] == [4] * 39 and second[39] == 3
     assert run.state is not None and len(run.state.prefill.bursts) == 2
+
+
+def test_a_spike_caught_short_in_steps_is_one_burst_and_the_hold_reaches_the_next_spike() -> None:
+    # Each spike is caught short twice, a minute apart (2 -> 3, then 3 -> 4 on the next breach), and the spikes
+    # recur every 15 minutes with a calm 20 req/s (2 replicas' worth) between them.
+    def spikes(tuning: Tuning) -> tuple[Run, list[int]]:
+        run = Run(make_spec(), tuning)
+        run.steady(25)
+        out: list[int] = []
+        for _ in range(2):
+            d = run.step(prefill_snap(run.now, rps=40.0, ttft=1.2, waiting=5), decode_snap(run.now))
+            for _ in range(3):
+                d = run.step(prefill_snap(run.now, ready=3, rps=40.0, ttft=0.3), decode_snap(run.now))
+            d = run.step(prefill_snap(run.now, ready=3, rps=60.0, ttft=1.5, waiting=5), decode_snap(run.now))
+            assert d.prefill is not None and d.prefill.replicas == 5  # 3 x 1.5 s / 1 s
+            out = []
+            for _ in range(55):  # 55 intervals (825 s) of calm: the next spike would come 15 minutes after this one
+                d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+                assert d.prefill is not None
+                out.append(d.prefill.replicas)
+        return run, out
+
+    # Counted step by step, the bursts are 60 s, 840 s and 60 s apart: the median gap is a minute, the hold is the
+    # plain 300 s window and the pool gives the capacity back long before the third spike.
+    steps, released = spikes(STEP_BURSTS)
+    assert steps.state is not None and len(steps.state.prefill.bursts) == 4
+    assert 19 <= released.index(4) <= 24 and released[-1] == 2
+    # As episodes, the spikes are 900 s apart: the hold is that gap, and the capacity stays through the calm.
+    episodes, held = spikes(Tuning())
+    assert episodes.state is not None and len(episodes.state.prefill.bursts) == 2
+    unmerged, _ = spikes(Tuning(burst_episode_windows=0.0))
+    assert unmerged.state is not None and len(unmerged.state.prefill.bursts) == 4
+    assert held == [5] * 55
+
+
+def test_a_pool_caught_short_right_after_our_scale_down_keeps_the_size_it_came_from() -> None:
+    # 20 req/s needs 2 replicas by the queueing model, but arrivals come in clumps the model does not see: right
+    # after the pool came down 3 -> 2 the TTFT breaks with a queue, and the feedback takes it back to 3.
+    def after_shortage(tuning: Tuning) -> tuple[list[int], str]:
+        run = Run(make_spec(), tuning)
+        run.steady(25)
+        d = run.steady(30, ready=3, rps=40.0)
+        assert d.prefill is not None and d.prefill.replicas == 3
+        while d.prefill.replicas == 3:  # the calm: down to 2 once the window has passed
+            d = run.step(prefill_snap(run.now, ready=3, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+        d = run.step(prefill_snap(run.now, ready=2, rps=20.0), decode_snap(run.now))  # the survivors settle
+        d = run.step(prefill_snap(run.now, ready=2, rps=20.0, ttft=1.5, waiting=5), decode_snap(run.now))
+        assert d.prefill is not None and d.prefill.replicas == 3  # caught short: 2 x 1.5 s / 1 s
+        out = []
+        for _ in range(80):  # 20 calm minutes at the same 20 req/s
+            d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+            assert d.prefill is not None
+            out.append(d.prefill.replicas)
+        return out, d.prefill.reason
+
+    # Without the lesson the pool comes down to the same 2 again once the window has passed: a second reversal.
+    plain, _ = after_shortage(Tuning(learn_floor=False))
+    assert plain[-1] == 2
+    # With it, 2 is known to be too few for this traffic for the next hour.
+    learned, reason = after_shortage(Tuning())
+    assert learned == [3] * 80
+    assert "caught short at 2 replicas" in reason
 
 
 def test_a_broken_slo_at_scale_up_counts_as_a_burst() -> None:

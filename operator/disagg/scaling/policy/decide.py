@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -147,11 +148,18 @@ def _remember(
     history = memory.history
     observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
     bursts, load = memory.bursts, memory.load
+    floor, floor_at = memory.floor, memory.floor_at
     if final.replicas > final.previous and proposal.need is not None:
         jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
+            episode = tuning.burst_episode_windows * config.down_window_s
+            if burst_at is None or now - burst_at > episode:  # else the same spike caught short again
+                bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
             burst_at = now
-            bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
+        # Caught short within a window of our own scale-down: the size it came down to is too small.
+        came_down = memory.direction < 0 and now - (memory.changed_at or -math.inf) <= config.down_window_s
+        if tuning.learn_floor and proposal.breach and not proposal.settling and came_down:
+            floor, floor_at = final.previous + 1, now
     if proposal.need is not None:
         reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
         keep_after = now - max(
@@ -174,6 +182,8 @@ def _remember(
             ready=ready,
             burst_at=burst_at,
             bursts=bursts,
+            floor=floor,
+            floor_at=floor_at,
             load=load,
             waiting=waiting,
         ),

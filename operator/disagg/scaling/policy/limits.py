@@ -54,9 +54,12 @@ def stabilized(
     if proposal.settling and len(history) > 1:
         up_to = min(up_to, history[-2].up_to)  # undoing our own scale-down takes two evaluations in a row
     window = down_window(config, state.memory(name), now, tuning)
+    if tuning.burst_hold_shared:
+        window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
-    down_to = max(down_to, reserve(history, now, tuning))
+    floor = learned_floor(state.memory(name), now, tuning)
+    down_to = max(down_to, reserve(history, now, tuning), floor)
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
     # unless the SLO is already broken.
     within = proposal.need <= current * (1.0 + tuning.up_tolerance) and not proposal.breach
@@ -72,6 +75,8 @@ def stabilized(
         if rise is not None:
             return current, f"scale-down deferred: the need is rising ({rise * 60:+.2f} replicas/min over the window)"
         return max(down_to, current - config.down_step), "scale down"
+    if floor >= current and history[-1].down_to < current:
+        return current, f"scale-down deferred: caught short at {floor - 1} replicas within the last hour"
     return current, "steady"
 
 
@@ -85,6 +90,13 @@ def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> 
     if not needs:
         return 0
     return ceil_replicas(needs[min(int(tuning.reserve_quantile * len(needs)), len(needs) - 1)])
+
+
+def learned_floor(memory: PoolMemory, now: float, tuning: Tuning) -> int:
+    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent."""
+    if not tuning.learn_floor or memory.floor_at is None or now - memory.floor_at > tuning.burst_memory_s:
+        return 0
+    return memory.floor
 
 
 def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> float | None:
@@ -139,8 +151,17 @@ def burst_hold(config: PolicyConfig, memory: PoolMemory, tuning: Tuning) -> floa
     gaps = sorted(b - a for a, b in itertools.pairwise(memory.bursts))
     if not gaps:
         return window
-    median = gaps[len(gaps) // 2] if len(gaps) % 2 else (gaps[len(gaps) // 2 - 1] + gaps[len(gaps) // 2]) / 2
-    return min(max(tuning.burst_gap_factor * median, window), max(longest, window))
+    gap = quantile(gaps, tuning.burst_gap_quantile)
+    return min(max(tuning.burst_gap_factor * gap, window), max(longest, window))
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated between neighbours (0.5 of an even count: the middle two's
+    mean)."""
+    position = min(max(q, 0.0), 1.0) * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (position - low) * (ordered[high] - ordered[low])
 
 
 def constrain(

@@ -42,6 +42,11 @@ class PoolMemory:
     """Last time the pool was caught short by a burst: scale-downs use the longer burst window for that long after."""
     bursts: tuple[float, ...] = ()
     """Times of the recent bursts (within Tuning.burst_memory_s), for how far apart they come."""
+    floor: int = 0
+    """Replicas the pool is not scaled below (Tuning.learn_floor): one more than a size it was caught short at
+    right after our scale-down to it..."""
+    floor_at: float | None = None
+    """...learned then (it lapses after Tuning.burst_memory_s)."""
     load: float | None = None
     """The pool's load at the last evaluation (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
 
