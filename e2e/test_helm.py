@@ -632,8 +632,9 @@ def test_plain_manifests_install_and_remove(kube_cluster: KubeCluster) -> None:
         namespace = kube_cluster.get("namespace", "disagg-system")
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
         pods = kube_cluster.get("pods", "-n", "disagg-system", "-l", "app.kubernetes.io/name=disagg-operator")
-        assert len(pods["items"]) == 1  # admitted under the restricted profile
-        assert pods["items"][0]["spec"]["serviceAccountName"] == "disagg-operator"
+        # every replica (two by default, one leading: D120) admitted under the restricted profile
+        assert len(pods["items"]) == 2
+        assert all(pod["spec"]["serviceAccountName"] == "disagg-operator" for pod in pods["items"])
         assert kube_cluster.get("clusterrole", "disagg-operator")["rules"] == documented_rules()
         kube_cluster.kubectl("wait", "--for=condition=Established", "crd/disaggdeployments.disagg.dev", "--timeout=30s")
     finally:

@@ -149,14 +149,21 @@ GENERATED = "vllm:generation_tokens_total"
 
 
 def test_the_operator_runs_in_cluster_from_its_own_image(kube_cluster: KubeCluster, served: Served) -> None:
-    (pod,) = kube_cluster.get("pods", "-n", served.operator_namespace)["items"]
-    assert pod["spec"]["nodeName"] == "real-0"
-    assert pod["spec"]["containers"][0]["image"] == served.images["operator"]
-    assert all(c["ready"] for c in pod["status"]["containerStatuses"])
-    assert pod["spec"]["serviceAccountName"].endswith("disagg-operator")
+    pods = kube_cluster.get("pods", "-n", served.operator_namespace)["items"]
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # the chart's default: two replicas, one leads (D120)
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == "real-0"
+        assert pod["spec"]["containers"][0]["image"] == served.images["operator"]
+        assert all(c["ready"] for c in pod["status"]["containerStatuses"])
+        assert pod["spec"]["serviceAccountName"].endswith("disagg-operator")
     namespace = kube_cluster.get("namespace", served.operator_namespace)
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    log = kube_cluster.kubectl("logs", "-n", served.operator_namespace, pod["metadata"]["name"])
+    holders = {
+        lease["spec"].get("holderIdentity")
+        for lease in kube_cluster.get("leases", "-n", served.operator_namespace)["items"]
+    }
+    (leader,) = [pod["metadata"]["name"] for pod in pods if pod["metadata"]["name"] in holders]
+    log = kube_cluster.kubectl("logs", "-n", served.operator_namespace, leader)
     assert served.namespace in log and "Traceback" not in log, log[-3000:]
 
 

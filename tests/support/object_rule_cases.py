@@ -74,8 +74,14 @@ CASES: dict[str, tuple[Change, str, dict[str, Any] | None]] = {
         "spec.decode.rollout.maxSurge",
         None,
     ),
+    # Behind vllm-router, so no serving gate: the API server refuses the rendered Deployment. Behind the operator's
+    # frontend the gated defaults (maxSurge 100%) would render it valid, but an installation running the check Off
+    # renders the role's defaults, so the rule refuses it whatever the frontend.
     "maxUnavailable 0 alone on prefill": (
-        set_at("spec.prefill.rollout", {"maxUnavailable": "0%"}),
+        all_of(
+            set_at("spec.frontend.router.implementation", "vllm-router"),
+            set_at("spec.prefill.rollout", {"maxUnavailable": "0%"}),
+        ),
         "spec.prefill.rollout.maxUnavailable",
         None,
     ),
