@@ -32,7 +32,7 @@ from e2e.operator_support import (
     token_kubeconfig,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.extended]
 
 HOME = "disagg-e2e-ha"
 LEASE = "disagg-operator"
