@@ -72,7 +72,7 @@ def validator(kind: str, api_version: str) -> jsonschema.Validator:
 
 _VALID: set[str] = set()
 """Objects found valid (as repr, which tells apart what JSON does): rendered objects repeat across specs."""
-_REMEMBERED = 20_000
+_REMEMBERED = 5_000
 
 
 def validate(obj: dict[str, Any]) -> None:

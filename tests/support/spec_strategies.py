@@ -116,6 +116,89 @@ SPREAD = st.lists(
 )
 
 
+PLACEMENT = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodeSelector": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2),
+        "tolerations": st.lists(TOLERATION, max_size=2),
+    },
+)
+IMAGE = st.sampled_from(["registry.example.com/kv:1", "kv:latest", "a b", "UPPER:1", "kv@sha256:" + "a" * 64])
+HOST_PATH = st.sampled_from(["/mnt/nvme/kv", "/", "/mnt/../etc", "relative", "/mnt/nvme/kv/", "/a b"])
+SSD = st.fixed_dictionaries({"path": HOST_PATH}, optional={"size": QUANTITY})
+POLICY = st.sampled_from(
+    [
+        "random",
+        "round_robin",
+        "least_loaded",
+        "cache_aware",
+        "kv_aware",
+        "power_of_two",
+        "consistent_hash",
+        "sticky_least_loaded",
+    ]
+)
+ROUTER_ARGS = st.sampled_from(
+    ["--revision-policy", "newest", "--request-timeout", "900", "--port=1", "--policy", "--admin-port=9", "🚀"]
+)
+MOONCAKE_STORE = st.fixed_dictionaries(
+    {"type": st.just("mooncake")},
+    optional={
+        "pools": st.sampled_from([["prefill"], ["decode"], ["prefill", "decode"]]),
+        "mooncake": st.fixed_dictionaries(
+            {},
+            optional={
+                "mode": st.sampled_from(["embedded", "standalone"]),
+                "client": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "segmentSize": QUANTITY,
+                        "port": PORT,
+                        "segmentPort": PORT,
+                        "offload": SSD,
+                        "image": IMAGE,
+                        "placement": PLACEMENT,
+                    },
+                ),
+                "tenant": st.sampled_from(["agentx", "a b", "t" * 64, "t" * 65]),
+                "globalSegmentSize": QUANTITY,
+                "localBufferSize": QUANTITY,
+                "protocol": st.sampled_from(["rdma", "tcp"]),
+                "masterPort": PORT,
+                "metricsPort": PORT,
+            },
+        ),
+    },
+)
+PEGAFLOW_STORE = st.fixed_dictionaries(
+    {
+        "type": st.just("pegaflow"),
+        "pegaflow": st.fixed_dictionaries(
+            {
+                "server": st.fixed_dictionaries(
+                    {"image": IMAGE},
+                    optional={
+                        "poolSize": QUANTITY,
+                        "port": PORT,
+                        "httpPort": PORT,
+                        "ssdCache": SSD,
+                        "nics": st.lists(st.sampled_from(["mlx5_0", "mlx5_1", "eth0:1", "a b"]), max_size=2),
+                        "hugepages": st.booleans(),
+                        "placement": PLACEMENT,
+                    },
+                )
+            },
+            optional={
+                "metaserver": st.fixed_dictionaries(
+                    {}, optional={"enabled": st.booleans(), "port": PORT, "image": IMAGE}
+                )
+            },
+        ),
+    },
+    optional={"pools": st.sampled_from([["prefill"], ["decode"], ["prefill", "decode"]])},
+)
+
+
 def _pool_edits(pool: str) -> list[tuple[str, st.SearchStrategy[Any]]]:
     at = f"spec.{pool}"
     return [
@@ -162,6 +245,11 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.engine.chatTemplate", TEXT),
     ("spec.engine.maxModelLen", st.sampled_from([1024, 32768])),
     ("spec.transfer.connector", st.sampled_from(["nixl", "nixl-push", "mooncake", "moriio", "lmcache"])),
+    ("spec.transfer.nixl.bidirectional.enabled", st.booleans()),
+    ("spec.transfer.moriio.mode", st.sampled_from(["read", "write"])),
+    ("spec.transfer.mooncake.bootstrapPort", PORT),
+    ("spec.transfer.network.hostNetwork", st.booleans()),
+    ("spec.transfer.network.ipcLock", st.booleans()),
     ("spec.transfer.nixl.sideChannelPort", PORT),
     ("spec.transfer.moriio.handshakePort", PORT),
     ("spec.transfer.moriio.notifyPort", PORT),
@@ -176,10 +264,20 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ),
     (
         "spec.kvCache.store",
-        st.sampled_from(
-            [None, {"type": "mooncake"}, {"type": "lmcache"}, {"type": "mooncake", "mooncake": {"masterPort": 9003}}]
+        st.one_of(
+            st.sampled_from([None, {"type": "mooncake"}, {"type": "lmcache"}, {"type": "pegaflow"}]),
+            MOONCAKE_STORE,
+            PEGAFLOW_STORE,
         ),
     ),
+    ("spec.frontend.router.implementation", st.sampled_from(["disagg-frontend", "vllm-router"])),
+    ("spec.frontend.router.replicas", SMALL),
+    ("spec.frontend.router.image", IMAGE),
+    ("spec.frontend.router.policy", POLICY),
+    ("spec.frontend.router.prefillPolicy", POLICY),
+    ("spec.frontend.router.decodePolicy", POLICY),
+    ("spec.frontend.router.extraArgs", st.lists(ROUTER_ARGS, max_size=3)),
+    ("spec.frontend.router.adminPort", PORT),
     ("spec.frontend.router.port", PORT),
     ("spec.frontend.router.metricsPort", PORT),
     ("spec.frontend.router.env", ENV),
@@ -187,7 +285,11 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.frontend.router.placement.tolerations", st.lists(TOLERATION, max_size=2)),
     ("spec.frontend.service.labels", st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2)),
     ("spec.frontend.service.annotations", st.dictionaries(LABEL_KEY, TEXT, max_size=2)),
+    ("spec.frontend.service.type", st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"])),
+    ("spec.frontend.service.port", PORT),
     ("spec.frontend.render.enabled", st.booleans()),
+    ("spec.frontend.render.replicas", SMALL),
+    ("spec.frontend.render.port", PORT),
     ("spec.frontend.render.env", ENV),
     ("spec.frontend.render.resources", REQUIREMENTS),
 ]

@@ -106,5 +106,31 @@ def test_a_renderer_producing_a_refused_object_is_caught() -> None:
         },
     }
     assert len(list(object_violations(broken))) == 2
+    containers = broken["spec"]["template"]["spec"]["containers"]
+    on_host = {
+        **broken,
+        "kind": "DaemonSet",
+        "spec": {
+            "selector": broken["spec"]["selector"],
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}},
+            "template": {
+                **broken["spec"]["template"],
+                "spec": {
+                    "hostNetwork": True,
+                    "containers": [
+                        {**containers[0], "ports": [{"containerPort": 1, "hostPort": 2}]},
+                        {**containers[0], "name": "d", "ports": [{"containerPort": 2}]},
+                    ],
+                },
+            },
+        },
+    }
+    assert sorted(violation.split(": ")[1] for violation in object_violations(on_host)) == [
+        "above the limit",
+        "above the limit",
+        "host port 2/TCP twice in the pod",
+        "hostPort 2 is not its containerPort on the host network",
+        "maxSurge and maxUnavailable both 0",
+    ]
     with pytest.raises(jsonschema.ValidationError):
         _strict_schema({**broken, "spec": {**broken["spec"], "paused": "yes"}})
