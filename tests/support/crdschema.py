@@ -240,21 +240,37 @@ def _read_by(rule: str, value: Any) -> str:
     there (or the value it stopped at: a member of a string is an error, of a map without it is absent); a chain
     followed by a call reads the whole receiver (`self.a.size()` reads `self.a`); anything else (`self[...]`, `self`
     alone, a macro on `self`) reads all of `self`. repr tells apart what JSON does (1, 1.0, True, "1")."""
+    chains = _chains(rule)
+    if chains is None:
+        return repr(value)
     parts = []
-    for match in _SELF.finditer(rule):
-        names = match["chain"].split(".")[1:]
-        if match["next"].strip() == "(":
-            names = names[:-1]  # a method: it reads its receiver
-        elif match["next"].strip() == "[":
-            names = []
-        if not names:
-            return repr(value)
+    for names in chains:
         node, depth = value, 0
         while depth < len(names) and isinstance(node, dict) and names[depth] in node:
             node, depth = node[names[depth]], depth + 1
-        state = "" if depth == len(names) else "absent" if isinstance(node, dict) else "not a map"
-        parts.append(f"{'.'.join(names)}@{depth}{state}={node!r}" if state != "absent" else f"{depth}absent")
-    return "|".join(parts) if parts else "no self"
+        if depth == len(names):
+            parts.append(f"{depth}={node!r}")
+        elif isinstance(node, dict):
+            parts.append(f"{depth}absent")
+        else:
+            parts.append(f"{depth}not a map={node!r}")
+    return "|".join(parts)
+
+
+@functools.cache
+def _chains(rule: str) -> tuple[tuple[str, ...], ...] | None:
+    """The member chains below `self` a rule reads, in order; None when it may read all of `self`."""
+    chains = []
+    for match in _SELF.finditer(rule):
+        names = tuple(match["chain"].split(".")[1:])
+        if match["next"].strip() == "(":
+            names = names[:-1]  # a method: it reads its receiver
+        elif match["next"].strip() == "[":
+            names = ()
+        if not names:
+            return None
+        chains.append(names)
+    return tuple(chains)
 
 
 @functools.cache
