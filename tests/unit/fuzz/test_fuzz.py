@@ -7,7 +7,7 @@ For every generated document:
 - an accepted spec renders without an exception, twice to the same objects, and every object passes the Kubernetes
   1.37 OpenAPI schemas in strict mode and the API server's rules (tests/support/apiserver_rules.py).
 
-`DISAGG_FUZZ_EXAMPLES` sets the number of examples (default 250, about a minute on two cores; a larger run has no
+`DISAGG_FUZZ_EXAMPLES` sets the number of examples (default 250, about 25 s on two shared cores; a larger run has no
 timeout). No counterexample has been found yet; any found is to be kept here as an `@example`, so each run checks
 it first.
 """
