@@ -243,18 +243,18 @@ def _read_by(rule: str, value: Any) -> str:
     chains = _chains(rule)
     if chains is None:
         return repr(value)
-    parts = []
+    parts: list[tuple[int, str, Any]] = []
     for names in chains:
         node, depth = value, 0
         while depth < len(names) and isinstance(node, dict) and names[depth] in node:
             node, depth = node[names[depth]], depth + 1
         if depth == len(names):
-            parts.append(f"{depth}={node!r}")
+            parts.append((depth, "found", node))
         elif isinstance(node, dict):
-            parts.append(f"{depth}absent")
+            parts.append((depth, "absent", None))
         else:
-            parts.append(f"{depth}not a map={node!r}")
-    return "|".join(parts)
+            parts.append((depth, "not a map", node))
+    return repr(parts)
 
 
 @functools.cache
