@@ -67,7 +67,7 @@ def check(document: dict[str, Any], crd: CrdVerdicts) -> str:
     return "accepted"
 
 
-@pytest.mark.timeout(0 if EXAMPLES > 250 else 900)  # 250 take ~1 min on 2 free cores, several under others' load
+@pytest.mark.timeout(0 if EXAMPLES > 250 else 900)  # 250 take ~5 CPU-s; minutes of wall time under others' load
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
