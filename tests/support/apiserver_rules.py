@@ -185,6 +185,22 @@ def _toleration(toleration: dict[str, Any], where: str) -> Iterator[str]:
         yield f"{where}: tolerationSeconds needs effect NoExecute"
 
 
+def _host_ports(containers: list[dict[str, Any]], host_network: bool, where: str) -> Iterator[str]:
+    """On the host network a port's hostPort defaults to its containerPort and must equal it; a host port (with
+    its protocol and address) is taken once among a pod's containers."""
+    taken: set[tuple[Any, str, str]] = set()
+    for index, container in enumerate(containers):
+        for port in container.get("ports") or []:
+            host_port = port.get("hostPort", port.get("containerPort") if host_network else 0)
+            if host_network and host_port != port.get("containerPort"):
+                yield f"{where}[{index}].ports: hostPort {host_port} is not its containerPort on the host network"
+            if host_port:
+                key = (host_port, port.get("protocol", "TCP"), port.get("hostIP", ""))
+                if key in taken:
+                    yield f"{where}[{index}].ports: host port {host_port}/{key[1]} twice in the pod"
+                taken.add(key)
+
+
 def pod_spec_violations(pod: dict[str, Any], labels: dict[str, Any], where: str) -> Iterator[str]:
     yield from _metadata({"labels": labels}, f"{where}.metadata")
     volumes: set[str] = set()
@@ -226,6 +242,8 @@ def pod_spec_violations(pod: dict[str, Any], labels: dict[str, Any], where: str)
             port_names.add(name)
             names.add(name)
         yield from _probes(container, names, at)
+    for group in ("initContainers", "containers"):
+        yield from _host_ports(pod.get(group) or [], bool(pod.get("hostNetwork")), f"{where}.{group}")
     for index, toleration in enumerate(pod.get("tolerations") or []):
         yield from _toleration(toleration, f"{where}.tolerations[{index}]")
     for key, value in (pod.get("nodeSelector") or {}).items():
@@ -256,7 +274,7 @@ def object_violations(obj: dict[str, Any]) -> Iterator[str]:
         yield f"{where}: not a DNS subdomain"
     yield from _metadata(metadata, f"{where}.metadata")
     spec = obj.get("spec") or {}
-    if kind == "Deployment":
+    if kind in ("Deployment", "DaemonSet"):
         template = spec.get("template") or {}
         labels = (template.get("metadata") or {}).get("labels") or {}
         selector = (spec.get("selector") or {}).get("matchLabels") or {}
@@ -264,10 +282,12 @@ def object_violations(obj: dict[str, Any]) -> Iterator[str]:
             yield f"{where}: the selector does not match the template's labels"
         yield from _metadata(template.get("metadata") or {}, f"{where}.template.metadata")
         yield from pod_spec_violations(template.get("spec") or {}, labels, f"{where}.template.spec")
-        rolling = (spec.get("strategy") or {}).get("rollingUpdate")
+        strategy = spec.get("strategy" if kind == "Deployment" else "updateStrategy") or {}
+        rolling = strategy.get("rollingUpdate")
+        defaults = ("25%", "25%") if kind == "Deployment" else (0, 1)  # DaemonSet: maxSurge 0, maxUnavailable 1
         if rolling is not None:
-            surge = _count_or_percent(rolling.get("maxSurge", "25%"), spec.get("replicas", 1))
-            unavailable = _count_or_percent(rolling.get("maxUnavailable", "25%"), spec.get("replicas", 1))
+            surge = _count_or_percent(rolling.get("maxSurge", defaults[0]), spec.get("replicas", 1))
+            unavailable = _count_or_percent(rolling.get("maxUnavailable", defaults[1]), spec.get("replicas", 1))
             if surge is None or unavailable is None:
                 yield f"{where}.strategy: not a count or percentage"
             elif surge == 0 and unavailable == 0:

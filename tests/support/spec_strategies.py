@@ -124,6 +124,139 @@ OPERATORS_FRONTEND = {
 """The operator's own frontend (known by its admin port): engine pods get the serving readiness gate, a pre-stop
 wait and a drain timeout (D102, D110)."""
 
+PLACEMENT = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodeSelector": st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2),
+        "tolerations": st.lists(TOLERATION, max_size=2),
+    },
+)
+IMAGE = st.sampled_from(["registry.example.com/kv:1", "kv:latest", "a b", "UPPER:1", "kv@sha256:" + "a" * 64])
+HOST_PATH = st.sampled_from(["/mnt/nvme/kv", "/", "/mnt/../etc", "relative", "/mnt/nvme/kv/", "/a b"])
+SSD = st.fixed_dictionaries({"path": HOST_PATH}, optional={"size": QUANTITY})
+POLICY = st.sampled_from(
+    [
+        "random",
+        "round_robin",
+        "least_loaded",
+        "cache_aware",
+        "kv_aware",
+        "power_of_two",
+        "consistent_hash",
+        "sticky_least_loaded",
+    ]
+)
+ROUTER_ARGS = st.sampled_from(
+    ["--revision-policy", "newest", "--request-timeout", "900", "--port=1", "--policy", "--admin-port=9", "🚀"]
+)
+MOONCAKE_STORE = st.fixed_dictionaries(
+    {"type": st.just("mooncake")},
+    optional={
+        "pools": st.sampled_from([["prefill"], ["decode"], ["prefill", "decode"]]),
+        "mooncake": st.fixed_dictionaries(
+            {},
+            optional={
+                "mode": st.sampled_from(["embedded", "standalone"]),
+                "client": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "segmentSize": QUANTITY,
+                        "port": PORT,
+                        "segmentPort": PORT,
+                        "offload": SSD,
+                        "image": IMAGE,
+                        "placement": PLACEMENT,
+                    },
+                ),
+                "tenant": st.sampled_from(["agentx", "a b", "t" * 64, "t" * 65]),
+                "globalSegmentSize": QUANTITY,
+                "localBufferSize": QUANTITY,
+                "protocol": st.sampled_from(["rdma", "tcp"]),
+                "masterPort": PORT,
+                "metricsPort": PORT,
+            },
+        ),
+    },
+)
+PEGAFLOW_STORE = st.fixed_dictionaries(
+    {
+        "type": st.just("pegaflow"),
+        "pegaflow": st.fixed_dictionaries(
+            {
+                "server": st.fixed_dictionaries(
+                    {"image": IMAGE},
+                    optional={
+                        "poolSize": QUANTITY,
+                        "port": PORT,
+                        "httpPort": PORT,
+                        "ssdCache": SSD,
+                        "nics": st.lists(st.sampled_from(["mlx5_0", "mlx5_1", "eth0:1", "a b"]), max_size=2),
+                        "hugepages": st.booleans(),
+                        "placement": PLACEMENT,
+                    },
+                )
+            },
+            optional={
+                "metaserver": st.fixed_dictionaries(
+                    {}, optional={"enabled": st.booleans(), "port": PORT, "image": IMAGE}
+                )
+            },
+        ),
+    },
+    optional={"pools": st.sampled_from([["prefill"], ["decode"], ["prefill", "decode"]])},
+)
+
+
+OBJECT_NAME = st.sampled_from(["high", "a.b", "x" * 63, "x" * 253, "Bad", "a-"])
+AUTOSCALING = st.fixed_dictionaries(
+    {"enabled": st.booleans()},
+    optional={
+        "controller": st.sampled_from(["operator", "external"]),
+        "minReplicas": st.sampled_from([0, 1, 4]),
+        "maxReplicas": st.sampled_from([1, 4, 10000]),
+    },
+)
+DURATION = st.sampled_from(["30s", "1m", "500ms", "1h30m", "0s", "2.5s"])
+SCALING = st.fixed_dictionaries(
+    {},
+    optional={
+        "interval": DURATION,
+        "slo": st.fixed_dictionaries({}, optional={"ttftP90": DURATION, "itlP90": DURATION}),
+        "scaleUp": st.fixed_dictionaries({}, optional={"stabilizationWindow": DURATION, "maxStep": SMALL}),
+        "scaleDown": st.fixed_dictionaries({}, optional={"stabilizationWindow": DURATION, "maxStep": SMALL}),
+        "maxGpus": st.sampled_from([1, 8, 1000000]),
+        "ratio": st.fixed_dictionaries(
+            {}, optional={"min": st.sampled_from([0, 0.5, 2]), "max": st.sampled_from([0, 1, 3])}
+        ),
+    },
+)
+CUSTOM_CONTAINER = st.fixed_dictionaries(
+    {"image": IMAGE},
+    optional={
+        "command": st.lists(st.sampled_from(["serve", "--x", "🚀", "$(POD_IP)"]), max_size=2),
+        "args": st.lists(ARGS, max_size=2),
+        "port": PORT,
+        "extraPorts": st.dictionaries(
+            st.sampled_from(["metrics", "side", "http", "a-b", "Bad", "x" * 16, "kv-1"]), PORT, max_size=2
+        ),
+        "healthPath": st.sampled_from(["/health", "/", "/a b"]),
+        "env": ENV,
+    },
+)
+CUSTOM_TRANSFER = st.fixed_dictionaries(
+    {
+        "connector": st.just("custom"),
+        "custom": st.fixed_dictionaries(
+            {"connectorClass": st.sampled_from(["PluginConnector", "a b"])},
+            optional={
+                "modulePath": st.sampled_from(["plugin.connector", "🚀"]),
+                "extraConfig": st.dictionaries(st.sampled_from(["a", "method", "kv_role"]), TEXT, max_size=2),
+                "routerProtocol": st.sampled_from(["nixl", "mooncake", "moriio"]),
+            },
+        ),
+    },
+)
+
 
 def _pool_edits(pool: str) -> list[tuple[str, st.SearchStrategy[Any]]]:
     at = f"spec.{pool}"
@@ -150,6 +283,24 @@ def _pool_edits(pool: str) -> list[tuple[str, st.SearchStrategy[Any]]]:
         (f"{at}.engine.shutdownTimeoutSeconds", st.sampled_from([0, 30, 86_400])),
         (f"{at}.terminationGracePeriodSeconds", st.sampled_from([0, 65, 86_400])),
         (f"{at}.engine.speculative", st.sampled_from([None, {"method": "mtp", "numSpeculativeTokens": 1}])),
+        (f"{at}.pipelineParallel", st.sampled_from([1, 2, 4])),
+        (f"{at}.expertParallel", st.booleans()),
+        (f"{at}.decodeContextParallel", st.sampled_from([1, 2])),
+        (f"{at}.gpusPerNode", st.sampled_from([1, 4, 8])),
+        (f"{at}.scheduling.priorityClassName", OBJECT_NAME),
+        (f"{at}.scheduling.schedulerName", OBJECT_NAME),
+        (f"{at}.scheduling.runtimeClassName", OBJECT_NAME),
+        (f"{at}.scheduling.replicaTopologyKey", st.sampled_from(["kubernetes.io/hostname", "zone", "a b"])),
+        (f"{at}.serviceAccountName", OBJECT_NAME),
+        (f"{at}.terminationGracePeriodSeconds", st.sampled_from([0, 30, 86400])),
+        (f"{at}.autoscaling", AUTOSCALING),
+        (f"{at}.engine.image", IMAGE),
+        (f"{at}.engine.imagePullPolicy", st.sampled_from(["Always", "IfNotPresent", "Never"])),
+        (f"{at}.engine.maxModelLen", st.sampled_from([16, 4096, 16777216])),
+        (f"{at}.engine.startupTimeoutSeconds", st.sampled_from([60, 86400])),
+        (f"{at}.engine.shutdownTimeoutSeconds", st.sampled_from([0, 30, 86400])),
+        (f"{at}.engine.nofileLimit", st.sampled_from([1024, 16777216])),
+        (f"{at}.engine.gpuMemoryUtilization", st.sampled_from([0, 0.5, 0.9, 1])),
     ]
 
 
@@ -173,6 +324,40 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.engine.chatTemplate", TEXT),
     ("spec.engine.maxModelLen", st.sampled_from([1024, 32768])),
     ("spec.transfer.connector", st.sampled_from(["nixl", "nixl-push", "mooncake", "moriio", "lmcache"])),
+    ("spec.transfer", CUSTOM_TRANSFER),
+    (
+        "*",  # a custom decode container needs the custom connector (a CEL rule): both in one edit
+        st.builds(
+            lambda transfer, container: {"spec.transfer": transfer, "spec.decode.customContainer": container},
+            CUSTOM_TRANSFER,
+            CUSTOM_CONTAINER,
+        ),
+    ),
+    ("spec.frontend.router.customContainer", CUSTOM_CONTAINER),
+    ("spec.transfer.loadFailurePolicy", st.sampled_from(["fail", "recompute"])),
+    ("spec.transfer.bufferDevice", st.sampled_from(["cuda", "cpu", "xpu"])),
+    ("spec.transfer.nixl.backends", st.lists(st.sampled_from(["UCX", "LIBFABRIC", "a b"]), max_size=2)),
+    ("spec.transfer.mooncake.protocol", st.sampled_from(["rdma", "tcp"])),
+    ("spec.transfer.mooncake.devices", st.lists(st.sampled_from(["mlx5_0", "a b", "🚀"]), max_size=2)),
+    ("spec.transfer.network.ucxNetDevices", TEXT),
+    ("spec.transfer.network.fiProvider", TEXT),
+    ("spec.scaling", SCALING),
+    ("spec.model.servedName", st.sampled_from(["qwen", "a b", "🚀", "x" * 300])),
+    ("spec.model.revision", st.sampled_from(["main", "a" * 40, "a b"])),
+    ("spec.model.trustRemoteCode", st.booleans()),
+    ("spec.engine.image", IMAGE),
+    ("spec.engine.pythonHashSeed", st.sampled_from([0, 1, 4294967295])),
+    ("spec.engine.maxNumSeqs", st.sampled_from([1, 256, 1048576])),
+    ("spec.engine.kvCacheDtype", st.sampled_from(["auto", "fp8", "fp8_e4m3"])),
+    ("spec.frontend.render.image", IMAGE),
+    ("spec.frontend.render.workers", st.sampled_from([1, 2, 64])),
+    ("spec.frontend.render.placement", PLACEMENT),
+    ("spec.frontend.router.placement.nodeSelector", st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2)),
+    ("spec.transfer.nixl.bidirectional.enabled", st.booleans()),
+    ("spec.transfer.moriio.mode", st.sampled_from(["read", "write"])),
+    ("spec.transfer.mooncake.bootstrapPort", PORT),
+    ("spec.transfer.network.hostNetwork", st.booleans()),
+    ("spec.transfer.network.ipcLock", st.booleans()),
     ("spec.transfer.nixl.sideChannelPort", PORT),
     ("spec.transfer.moriio.handshakePort", PORT),
     ("spec.transfer.moriio.notifyPort", PORT),
@@ -187,10 +372,20 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ),
     (
         "spec.kvCache.store",
-        st.sampled_from(
-            [None, {"type": "mooncake"}, {"type": "lmcache"}, {"type": "mooncake", "mooncake": {"masterPort": 9003}}]
+        st.one_of(
+            st.sampled_from([None, {"type": "mooncake"}, {"type": "lmcache"}, {"type": "pegaflow"}]),
+            MOONCAKE_STORE,
+            PEGAFLOW_STORE,
         ),
     ),
+    ("spec.frontend.router.implementation", st.sampled_from(["disagg-frontend", "vllm-router"])),
+    ("spec.frontend.router.replicas", SMALL),
+    ("spec.frontend.router.image", IMAGE),
+    ("spec.frontend.router.policy", POLICY),
+    ("spec.frontend.router.prefillPolicy", POLICY),
+    ("spec.frontend.router.decodePolicy", POLICY),
+    ("spec.frontend.router.extraArgs", st.lists(ROUTER_ARGS, max_size=3)),
+    ("spec.frontend.router.adminPort", PORT),
     ("spec.frontend.router.port", PORT),
     ("spec.frontend.router.metricsPort", PORT),
     ("spec.frontend.router.env", ENV),
@@ -207,7 +402,11 @@ EDITS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ),
     ("spec.serving.remediation", st.sampled_from([{"action": "Drain"}, {"cooldown": "1s"}, {"drainFor": "1s"}])),
     ("spec.serving.rollout", st.sampled_from([{"onStuck": "Rollback"}, {"progressDeadline": "30s"}])),
+    ("spec.frontend.service.type", st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"])),
+    ("spec.frontend.service.port", PORT),
     ("spec.frontend.render.enabled", st.booleans()),
+    ("spec.frontend.render.replicas", SMALL),
+    ("spec.frontend.render.port", PORT),
     ("spec.frontend.render.env", ENV),
     ("spec.frontend.render.resources", REQUIREMENTS),
 ]
@@ -236,5 +435,7 @@ def documents(draw: st.DrawFn, max_edits: int = 5) -> dict[str, Any]:
     edits = draw(st.lists(st.sampled_from(range(len(EDITS))), max_size=max_edits, unique=True))
     for index in edits:
         path, values = EDITS[index]
-        set_path(document, path, draw(values))
+        value = draw(values)
+        for at, one in value.items() if path == "*" else [(path, value)]:
+            set_path(document, at, one)
     return document

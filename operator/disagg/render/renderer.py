@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import jinja2
@@ -58,9 +58,25 @@ def _environment() -> jinja2.Environment:
     return environment
 
 
+@lru_cache(maxsize=256)
+def _parsed(text: str) -> Any:
+    """Reading the YAML back is two thirds of rendering, and most passes render the very texts of the last pass
+    (children that did not change), for every DisaggDeployment; so a text is read once."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def _copy(value: Any) -> Any:
+    """A fresh copy of what YAML read (maps, lists and scalars), so that no caller shares _parsed's objects."""
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
+
+
 def _render(kind: Kind, **values: Any) -> dict[str, Any]:
     text = _environment().get_template(f"{kind.name}.yaml.j2").render(kind=kind, **values)
-    document = yaml.load(text, Loader=_Loader)
+    document = _copy(_parsed(text))
     assert isinstance(document, dict), f"template {kind.name} did not produce an object"
     return document
 

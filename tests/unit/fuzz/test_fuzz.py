@@ -7,7 +7,7 @@ For every generated document:
 - an accepted spec renders without an exception, twice to the same objects, and every object passes the Kubernetes
   1.37 OpenAPI schemas in strict mode and the API server's rules (tests/support/apiserver_rules.py).
 
-`DISAGG_FUZZ_EXAMPLES` sets the number of examples (default 250, about a minute on two cores; a larger run has no
+`DISAGG_FUZZ_EXAMPLES` sets the number of examples (default 250, about 25 s on two shared cores; a larger run has no
 timeout). No counterexample has been found yet; any found is to be kept here as an `@example`, so each run checks
 it first.
 """
@@ -15,86 +15,46 @@ it first.
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import os
-import re
-from collections.abc import Iterator, Mapping
 from typing import Any
 
-import celpy
 import jsonschema
-import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from referencing import Registry, Resource
 
 from disagg.api.validate import validate_deployment
 from disagg.render import render_deployment
+from tests.support import kube_schemas
 from tests.support.apiserver_rules import object_violations
-from tests.support.bad_specs import cel_program
-from tests.support.crdschema import apply_defaults, schema_errors, unknown_fields
+from tests.support.crdschema import CrdVerdicts
 from tests.support.rendering import pod_templates
 from tests.support.spec_strategies import BASES, OPERATORS_FRONTEND, documents
 
 EXAMPLES = int(os.environ.get("DISAGG_FUZZ_EXAMPLES", "250"))
-K8S_VERSION = "1.37.0"
-SCHEMAS = kubernetes_validate.utils.importlib_resources.files("kubernetes_validate") / "kubernetes-json-schema"
-
-
-@functools.cache
-def _validator(kind: str, api_version: str) -> jsonschema.Validator:
-    """kubernetes_validate.validate's strict validator, built once per kind (it reads ~5 MB of JSON per call)."""
-    folder = SCHEMAS / "v1.37.0-local-strict"
-    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    schema = json.loads((folder / f"{kind.lower()}-{group}.json").read_text())
-    definitions = json.loads((folder / "_definitions.json").read_text())
-    registry: Registry[Any] = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
-    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
-
-
-def _crd_refusals(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:
-    defaulted = apply_defaults(schema, copy.deepcopy(document))
-    refusals = schema_errors(schema, defaulted)
-    refusals += [f"unknown field {path}" for path in unknown_fields(schema, defaulted)]
-    if refusals:
-        return refusals  # the API server stops at the schema; CEL rules need a structurally valid object
-    return list(_cel_refusals(schema, celpy.json_to_cel(defaulted), ""))
-
-
-def _cel_refusals(schema: Mapping[str, Any], value: Any, path: str) -> Iterator[str]:
-    """bad_specs.violated_cel_rules over a value converted to CEL once (celpy's maps and lists are dicts and lists
-    keyed like the JSON), not once per rule and level: a quarter of the time."""
-    for rule in schema.get("x-kubernetes-validations", []):
-        outcome = cel_program(rule["rule"]).evaluate({"self": value})
-        if isinstance(outcome, Exception) or not bool(outcome):
-            yield f"{path}{rule.get('fieldPath', '')}: {rule['message']}"
-    if isinstance(value, dict):
-        for name, child in schema.get("properties", {}).items():
-            if name in value:
-                yield from _cel_refusals(child, value[name], f"{path}.{name}" if path else name)
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for index, item in enumerate(value):
-            yield from _cel_refusals(schema["items"], item, f"{path}[{index}]")
 
 
 def _strict_schema(obj: dict[str, Any]) -> None:
     if obj["kind"] != "LeaderWorkerSet":
-        _validator(obj["kind"], obj["apiVersion"]).validate(obj)
+        kube_schemas.validate(obj)
         return
     for template in pod_templates(obj):  # a CRD: its pod templates are core/v1
         document = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
-        _validator("PodTemplate", "v1").validate(document)
+        kube_schemas.validate(document)
 
 
-def check(document: dict[str, Any], schema: dict[str, Any]) -> str:
+@pytest.fixture(scope="module")
+def crd_verdicts(resource_schema: dict[str, Any]) -> CrdVerdicts:
+    return CrdVerdicts(resource_schema)
+
+
+def check(document: dict[str, Any], crd: CrdVerdicts) -> str:
     """Every property for one document; returns what happened to it, for the statistics."""
     result = validate_deployment(copy.deepcopy(document))
     for problem in result.problems:
         assert problem.path and problem.message and problem.fix, problem
     if result.deployment is None:
         return f"refused: {result.problems[0].path.split('[')[0]}"  # the CRD may accept it: Python refuses more (D6)
-    refusals = _crd_refusals(schema, document)
+    refusals = crd.refusals(document)
     assert not refusals, f"the CRD refuses a spec the operator accepts: {refusals}"
     objects = render_deployment(result.deployment, "ns")
     again = validate_deployment(copy.deepcopy(document)).deployment
@@ -107,19 +67,19 @@ def check(document: dict[str, Any], schema: dict[str, Any]) -> str:
     return "accepted"
 
 
-@pytest.mark.timeout(0 if EXAMPLES > 250 else 900)  # 250 take ~1 min on 2 free cores, several under others' load
+@pytest.mark.timeout(0 if EXAMPLES > 250 else 900)  # 250 take ~5 CPU-s; minutes of wall time under others' load
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 @given(document=documents())
-def test_generated_specs(document: dict[str, Any], resource_schema: dict[str, Any]) -> None:
-    event(check(document, resource_schema))
+def test_generated_specs(document: dict[str, Any], crd_verdicts: CrdVerdicts) -> None:
+    event(check(document, crd_verdicts))
 
 
-def test_the_examples_pass_every_check(resource_schema: dict[str, Any]) -> None:
-    assert {check(base, resource_schema) for base in BASES} == {"accepted"}
+def test_the_examples_pass_every_check(crd_verdicts: CrdVerdicts) -> None:
+    assert {check(base, crd_verdicts) for base in BASES} == {"accepted"}
 
 
 def test_a_renderer_producing_a_refused_object_is_caught() -> None:
@@ -146,6 +106,32 @@ def test_a_renderer_producing_a_refused_object_is_caught() -> None:
         },
     }
     assert len(list(object_violations(broken))) == 2
+    containers = broken["spec"]["template"]["spec"]["containers"]
+    on_host = {
+        **broken,
+        "kind": "DaemonSet",
+        "spec": {
+            "selector": broken["spec"]["selector"],
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}},
+            "template": {
+                **broken["spec"]["template"],
+                "spec": {
+                    "hostNetwork": True,
+                    "containers": [
+                        {**containers[0], "ports": [{"containerPort": 1, "hostPort": 2}]},
+                        {**containers[0], "name": "d", "ports": [{"containerPort": 2}]},
+                    ],
+                },
+            },
+        },
+    }
+    assert sorted(violation.split(": ")[1] for violation in object_violations(on_host)) == [
+        "above the limit",
+        "above the limit",
+        "host port 2/TCP twice in the pod",
+        "hostPort 2 is not its containerPort on the host network",
+        "maxSurge and maxUnavailable both 0",
+    ]
     with pytest.raises(jsonschema.ValidationError):
         _strict_schema({**broken, "spec": {**broken["spec"], "paused": "yes"}})
 
