@@ -139,7 +139,7 @@ def test_a_renderer_producing_a_refused_object_is_caught() -> None:
 @pytest.mark.parametrize("pool", [{}, {"engine": {"shutdownTimeoutSeconds": 0}, "terminationGracePeriodSeconds": 0}])
 @pytest.mark.parametrize("base", range(len(BASES)))
 def test_pools_behind_the_serving_gate_render_what_the_api_server_accepts(
-    base: int, pool: dict[str, Any], resource_schema: dict[str, Any]
+    base: int, pool: dict[str, Any], crd_verdicts: CrdVerdicts
 ) -> None:
     """Every example behind the operator's frontend: the readiness gate, the pre-stop sleep, the drain timeout,
     the grace period and the gated rollout limits pass the same checks as the generated specs."""
@@ -149,7 +149,7 @@ def test_pools_behind_the_serving_gate_render_what_the_api_server_accepts(
         document["spec"].setdefault(role, {}).update(copy.deepcopy(pool))
     result = validate_deployment(copy.deepcopy(document))
     assert result.deployment is not None, result.problems
-    assert check(document, resource_schema) == "accepted"
+    assert check(document, crd_verdicts) == "accepted"
     gated = [
         obj
         for obj in render_deployment(result.deployment, "ns")
