@@ -62,7 +62,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
 TESTS: dict[str, tuple[str, ...]] = {
     "api": ("tests/unit/api", "tests/unit/plan/test_resolve.py", "tests/unit/test_cli.py"),
     "plan": ("tests/unit/plan", "tests/unit/render"),
-    "render": ("tests/unit/render",),
+    "render": ("tests/unit/render", "tests/unit/plan"),
     "reconcile": ("tests/unit/reconcile",),
     "scaling": ("tests/unit/scaling", "tests/unit/reconcile", "tests/unit/metrics_sources"),
 }
