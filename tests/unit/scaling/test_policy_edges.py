@@ -1,0 +1,79 @@
+"""Edges of the scaling policy that mutation testing found unasserted (docs/testing.md, "Mutation testing"): the
+ceiling of a pool without maxReplicas, what counts as a burst, how fast the decode fit forgets, where overload
+starts, and where the anchored decode sizing applies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from disagg.scaling.policy import Tuning, config_from_spec
+from disagg.scaling.policy.state import MOMENTS
+from disagg.scaling.snapshot import PoolSnapshot
+from tests.unit.scaling.test_policy import INTERVAL, Run, decode_snap, make_spec, prefill_snap
+
+
+def test_without_max_replicas_an_autoscaled_pool_stays_within_its_spec_replicas() -> None:
+    config = config_from_spec(make_spec(prefill={"replicas": 1, "autoscaling": {"maxReplicas": None}}))
+    assert config.prefill.max_replicas == 1
+    run = Run(make_spec(prefill={"replicas": 1, "autoscaling": {"maxReplicas": None}}))
+    d = run.step(prefill_snap(0.0, ready=1, rps=60.0), decode_snap(0.0))
+    assert d.prefill is not None and d.prefill.replicas == 1
+
+
+def _burst_after_step(rps: float) -> bool:
+    run = Run(make_spec())
+    run.steady(25, rps=60.0, ready=4)  # 60 req/s needs 4 replicas
+    assert run.state is not None and run.state.prefill.burst_at is None
+    d = run.step(prefill_snap(run.now, ready=4, rps=rps), decode_snap(run.now))
+    assert d.prefill is not None and d.prefill.replicas > 4
+    return run.state.prefill.burst_at is not None
+
+
+def test_a_scale_up_counts_as_a_burst_only_at_burst_factor_times_the_pool() -> None:
+    # From 4 replicas with the SLO met: a need of 6 is ordinary growth, one past 8 (burst_factor 2) a burst.
+    assert not _burst_after_step(100.0)
+    assert _burst_after_step(150.0)
+
+
+def test_the_decode_fit_forgets_old_windows_with_its_half_life() -> None:
+    run = Run(make_spec())
+    run.steady(200)
+    assert run.state is not None
+    weight = run.state.itl_fit.moments[MOMENTS.index((0, 0))]
+    # Windows every 15 s, each weighing half after 600 s: the total weight tends to 1 / (1 - 0.5 ** (15 / 600)).
+    limit = 1 / (1 - 0.5 ** (INTERVAL / Tuning().itl_fit_half_life_s))
+    assert 0.9 * limit < weight <= limit
+
+
+def test_kv_usage_at_the_ceiling_is_not_yet_overload_and_still_teaches_the_fit() -> None:
+    run = Run(make_spec())
+    run.steady(10)
+    assert run.state is not None
+    before = run.state.itl_fit.moments
+    at_ceiling = decode_snap(run.now, kv=Tuning().kv_ceiling)
+    run.step(prefill_snap(run.now), at_ceiling)
+    assert run.state.itl_fit.moments != before
+    before = run.state.itl_fit.moments
+    run.step(prefill_snap(run.now), replace(decode_snap(run.now, kv=Tuning().kv_ceiling + 0.01)))
+    assert run.state.itl_fit.moments == before
+
+
+def test_a_pool_running_exactly_the_minimum_anchor_batch_is_sized_along_the_secant() -> None:
+    # As in test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit: 27 sequences per replica.
+    def need_with(tuning: Tuning) -> float:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        d = None
+        for _ in range(40):
+            itl = (0.0488 + 0.00068 * 27) * (1 + 0.02 * math.sin(run.now))
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 2, generation_token_rate=54 / itl, running_requests=54.0,
+                waiting_requests=0.0, kv_cache_usage=0.063, itl_p90_s=itl * 1.2, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+        assert d is not None and d.decode is not None and d.decode.need is not None
+        return d.decode.need
+
+    anchored = need_with(Tuning())
+    assert need_with(Tuning(itl_anchor_min_batch=27.0)) == anchored
+    assert need_with(Tuning(itl_anchor_min_batch=27.5)) != anchored
