@@ -1,14 +1,17 @@
 """Edges of the scaling policy that mutation testing found unasserted (docs/testing.md, "Mutation testing"): the
 ceiling of a pool without maxReplicas, what counts as a burst, how fast the decode fit forgets, where overload
-starts, and where the anchored decode sizing applies."""
+starts, where the anchored decode sizing applies, the scale-up tolerance, the burst hold's median gap and the
+forecast of a climbing need."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from disagg.scaling.policy import Tuning, config_from_spec
-from disagg.scaling.policy.state import MOMENTS
+from disagg.scaling.policy import PolicyState, PoolMemory, Tuning, config_from_spec
+from disagg.scaling.policy.limits import burst_hold, forecast_need, stabilized
+from disagg.scaling.policy.proposal import Proposal
+from disagg.scaling.policy.state import MOMENTS, recommendation
 from disagg.scaling.snapshot import PoolSnapshot
 from tests.unit.scaling.test_policy import INTERVAL, Run, decode_snap, make_spec, prefill_snap
 
@@ -77,3 +80,36 @@ def test_a_pool_running_exactly_the_minimum_anchor_batch_is_sized_along_the_seca
     anchored = need_with(Tuning())
     assert need_with(Tuning(itl_anchor_min_batch=27.0)) == anchored
     assert need_with(Tuning(itl_anchor_min_batch=27.5)) != anchored
+
+
+def test_a_need_within_the_up_tolerance_is_noise_unless_the_slo_is_broken() -> None:
+    config, tuning = config_from_spec(make_spec()), Tuning()
+    edge = 2 * (1.0 + tuning.up_tolerance)  # 2.2 replicas on 2: within the tolerance, up to its very edge
+
+    def verdict(need: float, breach: bool = False) -> tuple[int, str]:
+        return stabilized(config, "prefill", Proposal(need, "", breach=breach), PolicyState(), 2, 0.0, tuning)
+
+    assert verdict(2.1) == (2, "steady")
+    assert verdict(edge) == (2, "steady")
+    assert verdict(edge + 0.01) == (3, "scale up")
+    assert verdict(2.1, breach=True) == (3, "scale up")
+
+
+def test_the_adaptive_burst_hold_follows_the_median_gap_between_bursts() -> None:
+    config, tuning = config_from_spec(make_spec()), Tuning()
+    window = config.down_window_s
+    # Gaps 100, 200, 300, 400, 500 s: the median is 300, held 1.25 x 300 = 375 s (more than one 300 s window).
+    bursts = (0.0, 100.0, 300.0, 600.0, 1000.0, 1500.0)
+    assert burst_hold(config, PoolMemory(bursts=bursts), tuning) == tuning.burst_gap_factor * 300.0
+    # An even count of gaps takes the mean of the middle two: 200 and 300.
+    assert burst_hold(config, PoolMemory(bursts=bursts[:5]), tuning) == max(tuning.burst_gap_factor * 250.0, window)
+
+
+def test_a_climbing_need_is_forecast_one_horizon_ahead_when_forecasting_is_on() -> None:
+    tuning = Tuning(forecast_horizon_s=60.0)
+    history = tuple(recommendation(t, 2.0 + 0.01 * t, tuning) for t in range(0, 121, 15))
+    forecast = forecast_need(history, 120.0, tuning)
+    assert forecast is not None and math.isclose(forecast, 3.2 + 0.01 * 60.0)
+    assert forecast_need(history, 120.0, Tuning()) is None  # off by default
+    flat = tuple(recommendation(t, 2.0, tuning) for t in range(0, 121, 15))
+    assert forecast_need(flat, 120.0, tuning) is None
