@@ -113,3 +113,23 @@ def test_a_climbing_need_is_forecast_one_horizon_ahead_when_forecasting_is_on() 
     assert forecast_need(history, 120.0, Tuning()) is None  # off by default
     flat = tuple(recommendation(t, 2.0, tuning) for t in range(0, 121, 15))
     assert forecast_need(flat, 120.0, tuning) is None
+
+
+def _prefill_need(**snap: float | None) -> float:
+    run = Run(make_spec())
+    d = run.step(replace(prefill_snap(0.0), **snap), decode_snap(0.0))
+    assert d.prefill is not None and d.prefill.need is not None, d.prefill
+    return d.prefill.need
+
+
+def test_a_queue_adds_backlog_to_drain_unless_replicas_are_already_starting_for_it() -> None:
+    assert _prefill_need(waiting_requests=40.0) > _prefill_need(waiting_requests=0.0)
+    # One starting replica is enough to say the queue was already answered.
+    starting = {"starting_replicas": 1}
+    assert _prefill_need(waiting_requests=40.0, **starting) == _prefill_need(waiting_requests=0.0, **starting)
+
+
+def test_without_a_request_rate_prefill_is_sized_by_tokens_at_the_highest_utilisation() -> None:
+    # No request rate, so no prompt size and no queueing model: one replica's 40k tokens/s at max_utilization.
+    need = _prefill_need(request_rate=None, prompt_token_rate=40_000.0)
+    assert math.isclose(need, 1 / Tuning().max_utilization)
