@@ -133,3 +133,25 @@ def test_without_a_request_rate_prefill_is_sized_by_tokens_at_the_highest_utilis
     # No request rate, so no prompt size and no queueing model: one replica's 40k tokens/s at max_utilization.
     need = _prefill_need(request_rate=None, prompt_token_rate=40_000.0)
     assert math.isclose(need, 1 / Tuning().max_utilization)
+
+
+def test_until_the_pool_reports_its_capacity_the_prior_per_gpu_stands_in() -> None:
+    prior = Tuning().prefill_capacity_prior * config_from_spec(make_spec()).prefill.gpus_per_replica
+    assert _prefill_need(prefill_tokens_per_busy_s=None) == _prefill_need(prefill_tokens_per_busy_s=prior)
+
+
+def _reason_after(spec_slo: dict[str, str], **snap: float | None) -> str:
+    run = Run(make_spec(slo=spec_slo))
+    run.steady(10)
+    d = run.step(replace(prefill_snap(run.now), **snap), decode_snap(run.now))
+    assert d.prefill is not None
+    return d.prefill.reason
+
+
+def test_the_ttft_feedback_needs_both_a_measured_ttft_and_a_measured_queue() -> None:
+    over = "over target"
+    assert over in _reason_after({"ttftP90": "1s"}, ttft_p90_s=1.5, waiting_requests=5.0)
+    # An unknown TTFT is not a broken one, even against a target under a second.
+    assert over not in _reason_after({"ttftP90": "500ms", "itlP90": "25ms"}, ttft_p90_s=None, waiting_requests=5.0)
+    # A broken TTFT with no queue reported is not a queue.
+    assert over not in _reason_after({"ttftP90": "1s", "itlP90": "25ms"}, ttft_p90_s=1.5, waiting_requests=None)
