@@ -155,3 +155,16 @@ def test_the_ttft_feedback_needs_both_a_measured_ttft_and_a_measured_queue() -> 
     assert over not in _reason_after({"ttftP90": "500ms", "itlP90": "25ms"}, ttft_p90_s=None, waiting_requests=5.0)
     # A broken TTFT with no queue reported is not a queue.
     assert over not in _reason_after({"ttftP90": "1s", "itlP90": "25ms"}, ttft_p90_s=1.5, waiting_requests=None)
+
+
+def test_a_hold_message_names_the_source_s_reason_and_only_when_there_is_one() -> None:
+    def reason(health_reason: str | None) -> str:
+        run = Run(make_spec())
+        run.steady(5)
+        stale = PoolSnapshot("prefill", run.now - 600.0, INTERVAL, 2, request_rate=0.0, health_reason=health_reason)
+        d = run.step(stale, decode_snap(run.now))
+        assert d.prefill is not None and d.prefill.hold == "MetricsStale"
+        return d.prefill.reason
+
+    assert reason(None).endswith("prefill metrics are 600s old")
+    assert reason("scrape timed out").endswith("prefill metrics are 600s old: scrape timed out")
