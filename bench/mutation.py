@@ -16,8 +16,8 @@ against the tests that assert that package's behaviour (`TESTS`), as follows:
 2. each sampled mutant runs (in a process forked from one that has imported everything once) against only the tests
    that reach its function, quickest first, stopping at the first failure; a run longer than ten times its tests'
    clean duration (and 30 s) is stopped and counts as a kill by timeout;
-3. the golden test (`GOLDEN`), left out of the steps above, runs against each survivor: a mutant only it kills is
-   counted apart, not as a kill (D88).
+3. the golden test (`GOLDEN`), left out of the steps above, runs against each survivor whose function it reaches
+   (a coverage pass of its own): a mutant only it kills is counted apart, not as a kill (D88).
 
 The sample's kill rate comes with a 95% Wilson score interval. Results go to `.mutation/sample-PACKAGE.json`. The
 Hypothesis property tests are left out (hundreds of specs per test: too slow to repeat per mutant), and so is the
@@ -319,10 +319,14 @@ def sample(package: str, seed: int, size: int, survivors_only: bool) -> None:
     if survivors:
         golden = Worker([GOLDEN])
         try:
+            # Only where the golden test reaches the mutated function: elsewhere it cannot kill.
+            golden_reach = golden.run("stats", [GOLDEN], None, 3600)["reached"]
+            assert isinstance(golden_reach, dict)
             for mutant in survivors:
-                outcome = golden.run(mutant, [GOLDEN], None, 600)
-                results[mutant]["golden"] = verdict(outcome["code"]) != "survived"
-                print(f"  golden against {mutant}: {'killed' if results[mutant]['golden'] else 'survived'}", flush=True)
+                tests = golden_reach.get(function_of(mutant), [])
+                killed = bool(tests) and verdict(golden.run(mutant, [GOLDEN], tests, 1200)["code"]) != "survived"
+                results[mutant]["golden"] = killed
+                print(f"  golden against {mutant}: {'killed' if killed else 'survived'}", flush=True)
         finally:
             golden.close()
     record = {"package": package, "seed": seed, "size": size, "mutants": len(names), "results": results}
