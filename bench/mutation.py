@@ -319,9 +319,12 @@ def sample(package: str, seed: int, size: int, survivors_only: bool) -> None:
     if survivors:
         golden = Worker([GOLDEN])
         try:
-            # Only where the golden test reaches the mutated function: elsewhere it cannot kill.
-            golden_reach = golden.run("stats", [GOLDEN], None, 3600)["reached"]
-            assert isinstance(golden_reach, dict)
+            # Only where the golden test reaches the mutated function: elsewhere it cannot kill. The same for every
+            # package, so kept until the mutants are generated again.
+            cached = MUTANTS / ".golden-reach.json"
+            if not cached.is_file():
+                cached.write_text(json.dumps(golden.run("stats", [GOLDEN], None, 3600)["reached"]))
+            golden_reach: dict[str, list[str]] = json.loads(cached.read_text())
             for mutant in survivors:
                 tests = golden_reach.get(function_of(mutant), [])
                 killed = bool(tests) and verdict(golden.run(mutant, [GOLDEN], tests, 1200)["code"]) != "survived"
