@@ -1,5 +1,6 @@
 """Pod facts of the engines that only the golden files used to pin (found by mutation testing): the KV disk tier's
-volume is the one the engine mounts, for each kind of source, and a pool's CPU request reaches its pods."""
+volume is the one the engine mounts, for each kind of source; every mount names a volume of its pod and every volume
+is mounted; huge pages are requested and mounted; a pool's CPU request reaches its pods."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.support.rendering import find, pod_templates
-from tests.unit.render.test_wiring_facts import variant
+from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
+from tests.unit.render.test_wiring_facts import objects_of, variant
 
 SOURCES = {
     "emptyDir": ("{emptyDir: {sizeLimit: 200Gi}}", {"emptyDir": {"sizeLimit": "200Gi"}}),
@@ -39,3 +41,28 @@ def test_the_disk_tier_volume_is_the_one_the_engine_mounts(volume: str, expected
 def test_a_pool_s_cpu_request_reaches_its_engine_containers() -> None:
     pod = prefill_pod(variant("  prefill: {resources: {cpu: '12', memory: 64Gi}}\n"))
     assert pod["containers"][0]["resources"]["requests"]["cpu"] == "12"
+
+
+def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(obj["metadata"]["name"], pod["spec"]) for obj in objects for pod in pod_templates(obj)]
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_mount_names_a_volume_of_its_pod_and_every_volume_is_mounted(source: str) -> None:
+    for name, pod in _pods(objects_of(source)):
+        volumes = {volume["name"] for volume in pod.get("volumes", [])}
+        containers = [*pod.get("initContainers", []), *pod["containers"]]
+        mounted = {mount["name"] for c in containers for mount in c.get("volumeMounts", [])}
+        assert mounted <= volumes, f"{name} mounts volumes it does not have: {sorted(mounted - volumes)}"
+        assert volumes <= mounted, f"{name} has volumes nothing mounts: {sorted(volumes - mounted)}"
+
+
+def test_huge_pages_are_requested_and_mounted_at_their_page_size() -> None:
+    body = "  transfer: {network: {hugepages: {pageSize: 1Gi, size: 4Gi}}}\n"
+    body += "  prefill: {resources: {memory: 64Gi}}\n  decode: {resources: {memory: 64Gi}}\n"
+    pod = prefill_pod(variant(body))
+    assert {"name": "hugepages", "emptyDir": {"medium": "HugePages-1Gi"}} in pod["volumes"]
+    container = pod["containers"][0]
+    assert "hugepages" in {mount["name"] for mount in container["volumeMounts"]}
+    assert container["resources"]["requests"]["hugepages-1Gi"] == "4Gi"
+    assert container["resources"]["limits"]["hugepages-1Gi"] == "4Gi"
