@@ -4,6 +4,7 @@ is mounted; huge pages are requested and mounted; a pool's CPU request reaches i
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -66,3 +67,49 @@ def test_huge_pages_are_requested_and_mounted_at_their_page_size() -> None:
     assert "hugepages" in {mount["name"] for mount in container["volumeMounts"]}
     assert container["resources"]["requests"]["hugepages-1Gi"] == "4Gi"
     assert container["resources"]["limits"]["hugepages-1Gi"] == "4Gi"
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_probe_names_a_port_its_container_declares_and_ports_say_their_protocol(source: str) -> None:
+    for name, pod in _pods(objects_of(source)):
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            ports = container.get("ports", [])
+            assert all(port["protocol"] in ("TCP", "UDP", "SCTP") for port in ports), name
+            declared = {port["name"] for port in ports}
+            for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+                probe = container.get(kind) or {}
+                for action in ("httpGet", "tcpSocket", "grpc"):
+                    port = (probe.get(action) or {}).get("port")
+                    if isinstance(port, str):
+                        assert port in declared, f"{name}/{container['name']} {kind} probes undeclared port {port}"
+
+
+def test_the_pegaflow_node_server_is_a_kv_node_daemon_ready_on_its_http_health() -> None:
+    daemons = [o for o in objects_of("17-pegaflow-pd") if o["kind"] == "DaemonSet"]
+    assert len(daemons) == 1
+    labels = daemons[0]["spec"]["template"]["metadata"]["labels"]
+    assert labels["disagg.dev/role"] == "kv-node" and labels["app.kubernetes.io/name"] == "pegaflow-server"
+    assert daemons[0]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    container = daemons[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    http = next(port for port in container["ports"] if port["name"] == "http")
+    assert f"0.0.0.0:{http['containerPort']}" in container["args"]  # the server's --http-addr
+
+
+def test_the_render_tier_gets_its_workers_and_default_resources() -> None:
+    objects = objects_of("12-render-tier-tokens-only")
+    container = find(objects, "Deployment", "qwen3-tokens-only-render")["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--renderer-num-workers") + 1] == "4"
+    bare = variant("  frontend: {render: {enabled: true}}\n")
+    render = next(
+        o for o in bare if o["kind"] == "Deployment" and o["metadata"]["labels"]["disagg.dev/role"] == "render"
+    )
+    resources = render["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"], "a render tier without resources still requests CPU and memory (the defaults)"
+
+
+def test_affinity_reaches_the_pod_with_kubernetes_field_names() -> None:
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    pod = prefill_pod(variant(f"  prefill:\n    scheduling: {{affinity: {json.dumps(affinity)}}}\n"))
+    assert pod["affinity"] == affinity
