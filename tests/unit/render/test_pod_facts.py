@@ -92,6 +92,7 @@ def test_the_pegaflow_node_server_is_a_kv_node_daemon_ready_on_its_http_health()
     assert daemons[0]["spec"]["selector"]["matchLabels"].items() <= labels.items()
     container = daemons[0]["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     http = next(port for port in container["ports"] if port["name"] == "http")
     assert f"0.0.0.0:{http['containerPort']}" in container["args"]  # the server's --http-addr
 
