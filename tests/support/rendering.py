@@ -39,7 +39,7 @@ def planned(path: Path) -> DeploymentPlan:
 
 def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     """The pod templates of a workload object (two for a LeaderWorkerSet)."""
-    if obj["kind"] == "Deployment":
+    if obj["kind"] in ("Deployment", "DaemonSet"):
         return [obj["spec"]["template"]]
     if obj["kind"] == "LeaderWorkerSet":
         template = obj["spec"]["leaderWorkerTemplate"]

@@ -128,3 +128,40 @@ async def test_a_leader_that_regains_a_lease_nobody_took_knows_nobody_else_wrote
     assert await b.acquire(asyncio.Event())
     await b.release()
     assert await a.acquire(asyncio.Event()) and a.took_over  # b led in between
+
+
+async def test_lease_transitions_count_every_change_of_holder_and_acquire_time_marks_the_last() -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    assert lease(server)["leaseTransitions"] == 0
+    first = lease(server)["acquireTime"]
+    await a.release()
+    assert await b.acquire(asyncio.Event())
+    assert lease(server)["leaseTransitions"] == 1
+    await b.release()
+    clock.now += 1
+    assert await a.acquire(asyncio.Event())
+    assert lease(server)["leaseTransitions"] == 2 and lease(server)["holderIdentity"] == "a"
+    taken = lease(server)["acquireTime"]
+    clock.now += 1
+    assert await a._try()  # a renewal is not a transition
+    assert lease(server)["leaseTransitions"] == 2 and lease(server)["acquireTime"] == taken
+    assert first is not None
+
+
+async def test_a_holding_leader_renews_once_per_retry_period_not_in_a_loop() -> None:
+    server = FakeApiServer(namespaces=(NAMESPACE,))
+    quick = LeaseConfig(NAMESPACE, "disagg-operator", "a", lease_seconds=4, renew_deadline_seconds=2, retry_seconds=0.1)
+    a = LeaderElector(Kube(server), quick)  # the real clock: hold sleeps for real
+    assert await a.acquire(asyncio.Event())
+    before = len(server.requests)
+    stop = asyncio.Event()
+    task = asyncio.create_task(a.hold(stop))
+    await asyncio.sleep(0.6)
+    stop.set()
+    await task
+    renewals = [r for r in server.requests[before:] if r.method == "PUT" and "leases" in r.path]
+    # About one every 0.1 s (fewer on a busy machine); a leader that renewed again right after renewing would
+    # write hundreds.
+    assert 1 <= len(renewals) <= 9

@@ -126,3 +126,15 @@ async def test_updates_carry_the_uid_of_the_object_read_so_a_replacement_is_neve
     assert server.applied and all(
         body["metadata"].get("uid") == uids[(body["kind"], body["metadata"]["name"])] for body in server.applied
     )
+
+
+async def test_a_child_that_cannot_be_read_is_not_written_and_the_status_says_why() -> None:
+    # A 403 on reading the router's Service: whose object it is stays unknown, so it is left alone.
+    h = harness(deployment_document(MINIMAL))
+    h.server.fail(403, 'services "m-router" is forbidden', method="GET", kind="Service", name="m-router", times=None)
+    await h.reconcile()
+    assert h.server.get("Service", NAMESPACE, "m-router") is None
+    assert not [r for r in h.server.requests if r.method != "GET" and r.path.endswith("/services/m-router")]
+    assert ("Deployment", "m-router") in h.children()  # the children it could read are applied
+    assert h.condition("Degraded")["status"] == "True"
+    assert "reading Service/m-router" in h.condition("Degraded")["message"]

@@ -83,3 +83,9 @@ def test_a_lone_surrogate_is_a_validation_problem_not_a_crash() -> None:
     assert [(p.path, p.message) for p in result.problems] == [
         ("spec.engine.env[0].value", "contains a lone UTF-16 surrogate")
     ]
+
+
+def test_equal_values_give_the_same_text_whatever_order_their_keys_were_set_in() -> None:
+    # The rendered text is a function of the value, not of the order the plan happened to build a mapping in, so
+    # `disagg render` diffs only show real changes.
+    assert yaml_json({"b": 1, "a": {"d": [2], "c": 3}}) == yaml_json({"a": {"c": 3, "d": [2]}, "b": 1})

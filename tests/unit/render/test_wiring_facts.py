@@ -145,7 +145,14 @@ def test_the_router_may_read_and_watch_pods_in_its_namespace_and_nothing_else(so
     routers = [
         o for o in objects if o["kind"] == "Deployment" and o["metadata"]["labels"]["disagg.dev/role"] == "router"
     ]
-    if not routers or "--service-discovery" not in routers[0]["spec"]["template"]["spec"]["containers"][0]["args"]:
+    assert routers, "every example has a router"
+    container = routers[0]["spec"]["template"]["spec"]["containers"][0]
+    # The operator's frontend finds engines by label selector, vllm-router by --service-discovery: both watch pods.
+    watches = container.get("command", [])[:2] == ["disagg", "frontend"] or "--service-discovery" in container["args"]
+    if not watches:
+        # A custom router that does not call the API gets no identity and no token.
+        assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding", "ServiceAccount")]
+        assert routers[0]["spec"]["template"]["spec"].get("automountServiceAccountToken") is False
         return
     name = routers[0]["metadata"]["name"]
     role, binding = find(objects, "Role", name), find(objects, "RoleBinding", name)

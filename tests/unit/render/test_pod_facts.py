@@ -1,0 +1,116 @@
+"""Pod facts of the engines that only the golden files used to pin (found by mutation testing): the KV disk tier's
+volume is the one the engine mounts, for each kind of source; every mount names a volume of its pod and every volume
+is mounted; huge pages are requested and mounted; a pool's CPU request reaches its pods."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.support.rendering import find, pod_templates
+from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
+from tests.unit.render.test_wiring_facts import objects_of, variant
+
+SOURCES = {
+    "emptyDir": ("{emptyDir: {sizeLimit: 200Gi}}", {"emptyDir": {"sizeLimit": "200Gi"}}),
+    "emptyDir without a limit": ("{emptyDir: {}}", {"emptyDir": {}}),
+    "persistentVolumeClaim": (
+        "{persistentVolumeClaim: {claimName: kv}}",
+        {"persistentVolumeClaim": {"claimName": "kv"}},
+    ),
+    "hostPath": ("{hostPath: {path: /mnt/kv}}", {"hostPath": {"path": "/mnt/kv", "type": "DirectoryOrCreate"}}),
+}
+
+
+def prefill_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = pod_templates(find(objects, "Deployment", "v-prefill"))[0]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize(("volume", "expected"), SOURCES.values(), ids=SOURCES.keys())
+def test_the_disk_tier_volume_is_the_one_the_engine_mounts(volume: str, expected: dict[str, Any]) -> None:
+    body = f"  kvCache:\n    cpu: {{size: 8Gi}}\n    disk: {{pools: [prefill], volume: {volume}}}\n"
+    pod = prefill_pod(variant(body))
+    disk = [v for v in pod["volumes"] if v.get("name") == "kv-disk"]
+    assert disk == [{"name": "kv-disk", **expected}]
+    mounts = {m["name"] for c in pod["containers"] for m in c.get("volumeMounts", [])}
+    assert "kv-disk" in mounts
+
+
+def test_a_pool_s_cpu_request_reaches_its_engine_containers() -> None:
+    pod = prefill_pod(variant("  prefill: {resources: {cpu: '12', memory: 64Gi}}\n"))
+    assert pod["containers"][0]["resources"]["requests"]["cpu"] == "12"
+
+
+def _pods(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(obj["metadata"]["name"], pod["spec"]) for obj in objects for pod in pod_templates(obj)]
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_mount_names_a_volume_of_its_pod_and_every_volume_is_mounted(source: str) -> None:
+    for name, pod in _pods(objects_of(source)):
+        volumes = {volume["name"] for volume in pod.get("volumes", [])}
+        containers = [*pod.get("initContainers", []), *pod["containers"]]
+        mounted = {mount["name"] for c in containers for mount in c.get("volumeMounts", [])}
+        assert mounted <= volumes, f"{name} mounts volumes it does not have: {sorted(mounted - volumes)}"
+        assert volumes <= mounted, f"{name} has volumes nothing mounts: {sorted(volumes - mounted)}"
+
+
+def test_huge_pages_are_requested_and_mounted_at_their_page_size() -> None:
+    body = "  transfer: {network: {hugepages: {pageSize: 1Gi, size: 4Gi}}}\n"
+    body += "  prefill: {resources: {memory: 64Gi}}\n  decode: {resources: {memory: 64Gi}}\n"
+    pod = prefill_pod(variant(body))
+    assert {"name": "hugepages", "emptyDir": {"medium": "HugePages-1Gi"}} in pod["volumes"]
+    container = pod["containers"][0]
+    assert "hugepages" in {mount["name"] for mount in container["volumeMounts"]}
+    assert container["resources"]["requests"]["hugepages-1Gi"] == "4Gi"
+    assert container["resources"]["limits"]["hugepages-1Gi"] == "4Gi"
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_probe_names_a_port_its_container_declares_and_ports_say_their_protocol(source: str) -> None:
+    for name, pod in _pods(objects_of(source)):
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            ports = container.get("ports", [])
+            assert all(port["protocol"] in ("TCP", "UDP", "SCTP") for port in ports), name
+            declared = {port["name"] for port in ports}
+            for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+                probe = container.get(kind) or {}
+                for action in ("httpGet", "tcpSocket", "grpc"):
+                    port = (probe.get(action) or {}).get("port")
+                    if isinstance(port, str):
+                        assert port in declared, f"{name}/{container['name']} {kind} probes undeclared port {port}"
+
+
+def test_the_pegaflow_node_server_is_a_kv_node_daemon_ready_on_its_http_health() -> None:
+    daemons = [o for o in objects_of("17-pegaflow-pd") if o["kind"] == "DaemonSet"]
+    assert len(daemons) == 1
+    labels = daemons[0]["spec"]["template"]["metadata"]["labels"]
+    assert labels["disagg.dev/role"] == "kv-node" and labels["app.kubernetes.io/name"] == "pegaflow-server"
+    assert daemons[0]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    container = daemons[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    http = next(port for port in container["ports"] if port["name"] == "http")
+    assert f"0.0.0.0:{http['containerPort']}" in container["args"]  # the server's --http-addr
+
+
+def test_the_render_tier_gets_its_workers_and_default_resources() -> None:
+    objects = objects_of("12-render-tier-tokens-only")
+    container = find(objects, "Deployment", "qwen3-tokens-only-render")["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--renderer-num-workers") + 1] == "4"
+    bare = variant("  frontend: {render: {enabled: true}}\n")
+    render = next(
+        o for o in bare if o["kind"] == "Deployment" and o["metadata"]["labels"]["disagg.dev/role"] == "render"
+    )
+    resources = render["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"], "a render tier without resources still requests CPU and memory (the defaults)"
+
+
+def test_affinity_reaches_the_pod_with_kubernetes_field_names() -> None:
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    pod = prefill_pod(variant(f"  prefill:\n    scheduling: {{affinity: {json.dumps(affinity)}}}\n"))
+    assert pod["affinity"] == affinity

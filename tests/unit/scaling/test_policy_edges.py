@@ -1,0 +1,170 @@
+"""Edges of the scaling policy that mutation testing found unasserted (docs/testing.md, "Mutation testing"): the
+ceiling of a pool without maxReplicas, what counts as a burst, how fast the decode fit forgets, where overload
+starts, where the anchored decode sizing applies, the scale-up tolerance, the burst hold's median gap and the
+forecast of a climbing need."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from disagg.scaling.policy import PolicyState, PoolMemory, Tuning, config_from_spec
+from disagg.scaling.policy.limits import burst_hold, forecast_need, stabilized
+from disagg.scaling.policy.proposal import Proposal
+from disagg.scaling.policy.state import MOMENTS, recommendation
+from disagg.scaling.snapshot import PoolSnapshot
+from tests.unit.scaling.test_policy import INTERVAL, Run, decode_snap, make_spec, prefill_snap
+
+
+def test_without_max_replicas_an_autoscaled_pool_stays_within_its_spec_replicas() -> None:
+    config = config_from_spec(make_spec(prefill={"replicas": 1, "autoscaling": {"maxReplicas": None}}))
+    assert config.prefill.max_replicas == 1
+    run = Run(make_spec(prefill={"replicas": 1, "autoscaling": {"maxReplicas": None}}))
+    d = run.step(prefill_snap(0.0, ready=1, rps=60.0), decode_snap(0.0))
+    assert d.prefill is not None and d.prefill.replicas == 1
+
+
+def _burst_after_step(rps: float) -> bool:
+    run = Run(make_spec())
+    run.steady(25, rps=60.0, ready=4)  # 60 req/s needs 4 replicas
+    assert run.state is not None and run.state.prefill.burst_at is None
+    d = run.step(prefill_snap(run.now, ready=4, rps=rps), decode_snap(run.now))
+    assert d.prefill is not None and d.prefill.replicas > 4
+    return run.state.prefill.burst_at is not None
+
+
+def test_a_scale_up_counts_as_a_burst_only_at_burst_factor_times_the_pool() -> None:
+    # From 4 replicas with the SLO met: a need of 6 is ordinary growth, one past 8 (burst_factor 2) a burst.
+    assert not _burst_after_step(100.0)
+    assert _burst_after_step(150.0)
+
+
+def test_the_decode_fit_forgets_old_windows_with_its_half_life() -> None:
+    run = Run(make_spec())
+    run.steady(200)
+    assert run.state is not None
+    weight = run.state.itl_fit.moments[MOMENTS.index((0, 0))]
+    # Windows every 15 s, each weighing half after 600 s: the total weight tends to 1 / (1 - 0.5 ** (15 / 600)).
+    limit = 1 / (1 - 0.5 ** (INTERVAL / Tuning().itl_fit_half_life_s))
+    assert 0.9 * limit < weight <= limit
+
+
+def test_kv_usage_at_the_ceiling_is_not_yet_overload_and_still_teaches_the_fit() -> None:
+    run = Run(make_spec())
+    run.steady(10)
+    assert run.state is not None
+    before = run.state.itl_fit.moments
+    at_ceiling = decode_snap(run.now, kv=Tuning().kv_ceiling)
+    run.step(prefill_snap(run.now), at_ceiling)
+    assert run.state.itl_fit.moments != before
+    before = run.state.itl_fit.moments
+    run.step(prefill_snap(run.now), replace(decode_snap(run.now, kv=Tuning().kv_ceiling + 0.01)))
+    assert run.state.itl_fit.moments == before
+
+
+def test_a_pool_running_exactly_the_minimum_anchor_batch_is_sized_along_the_secant() -> None:
+    # As in test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit: 27 sequences per replica.
+    def need_with(tuning: Tuning) -> float:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        d = None
+        for _ in range(40):
+            itl = (0.0488 + 0.00068 * 27) * (1 + 0.02 * math.sin(run.now))
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 2, generation_token_rate=54 / itl, running_requests=54.0,
+                waiting_requests=0.0, kv_cache_usage=0.063, itl_p90_s=itl * 1.2, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+        assert d is not None and d.decode is not None and d.decode.need is not None
+        return d.decode.need
+
+    anchored = need_with(Tuning())
+    assert need_with(Tuning(itl_anchor_min_batch=27.0)) == anchored
+    assert need_with(Tuning(itl_anchor_min_batch=27.5)) != anchored
+
+
+def test_a_need_within_the_up_tolerance_is_noise_unless_the_slo_is_broken() -> None:
+    config, tuning = config_from_spec(make_spec()), Tuning()
+    edge = 2 * (1.0 + tuning.up_tolerance)  # 2.2 replicas on 2: within the tolerance, up to its very edge
+
+    def verdict(need: float, breach: bool = False) -> tuple[int, str]:
+        return stabilized(config, "prefill", Proposal(need, "", breach=breach), PolicyState(), 2, 0.0, tuning)
+
+    assert verdict(2.1) == (2, "steady")
+    assert verdict(edge) == (2, "steady")
+    assert verdict(edge + 0.01) == (3, "scale up")
+    assert verdict(2.1, breach=True) == (3, "scale up")
+
+
+def test_the_adaptive_burst_hold_follows_the_median_gap_between_bursts() -> None:
+    config, tuning = config_from_spec(make_spec()), Tuning()
+    window = config.down_window_s
+    # Gaps 100, 200, 300, 400, 500 s: the median is 300, held 1.25 x 300 = 375 s (more than one 300 s window).
+    bursts = (0.0, 100.0, 300.0, 600.0, 1000.0, 1500.0)
+    assert burst_hold(config, PoolMemory(bursts=bursts), tuning) == tuning.burst_gap_factor * 300.0
+    # An even count of gaps takes the mean of the middle two: 200 and 300.
+    assert burst_hold(config, PoolMemory(bursts=bursts[:5]), tuning) == max(tuning.burst_gap_factor * 250.0, window)
+
+
+def test_a_climbing_need_is_forecast_one_horizon_ahead_when_forecasting_is_on() -> None:
+    tuning = Tuning(forecast_horizon_s=60.0)
+    history = tuple(recommendation(t, 2.0 + 0.01 * t, tuning) for t in range(0, 121, 15))
+    forecast = forecast_need(history, 120.0, tuning)
+    assert forecast is not None and math.isclose(forecast, 3.2 + 0.01 * 60.0)
+    assert forecast_need(history, 120.0, Tuning()) is None  # off by default
+    flat = tuple(recommendation(t, 2.0, tuning) for t in range(0, 121, 15))
+    assert forecast_need(flat, 120.0, tuning) is None
+
+
+def _prefill_need(**snap: float | None) -> float:
+    run = Run(make_spec())
+    d = run.step(replace(prefill_snap(0.0), **snap), decode_snap(0.0))
+    assert d.prefill is not None and d.prefill.need is not None, d.prefill
+    return d.prefill.need
+
+
+def test_a_queue_adds_backlog_to_drain_unless_replicas_are_already_starting_for_it() -> None:
+    assert _prefill_need(waiting_requests=40.0) > _prefill_need(waiting_requests=0.0)
+    # One starting replica is enough to say the queue was already answered.
+    starting = {"starting_replicas": 1}
+    assert _prefill_need(waiting_requests=40.0, **starting) == _prefill_need(waiting_requests=0.0, **starting)
+
+
+def test_without_a_request_rate_prefill_is_sized_by_tokens_at_the_highest_utilisation() -> None:
+    # No request rate, so no prompt size and no queueing model: one replica's 40k tokens/s at max_utilization.
+    need = _prefill_need(request_rate=None, prompt_token_rate=40_000.0)
+    assert math.isclose(need, 1 / Tuning().max_utilization)
+
+
+def test_until_the_pool_reports_its_capacity_the_prior_per_gpu_stands_in() -> None:
+    prior = Tuning().prefill_capacity_prior * config_from_spec(make_spec()).prefill.gpus_per_replica
+    assert _prefill_need(prefill_tokens_per_busy_s=None) == _prefill_need(prefill_tokens_per_busy_s=prior)
+
+
+def _reason_after(spec_slo: dict[str, str], **snap: float | None) -> str:
+    run = Run(make_spec(slo=spec_slo))
+    run.steady(10)
+    d = run.step(replace(prefill_snap(run.now), **snap), decode_snap(run.now))
+    assert d.prefill is not None
+    return d.prefill.reason
+
+
+def test_the_ttft_feedback_needs_both_a_measured_ttft_and_a_measured_queue() -> None:
+    over = "over target"
+    assert over in _reason_after({"ttftP90": "1s"}, ttft_p90_s=1.5, waiting_requests=5.0)
+    # An unknown TTFT is not a broken one, even against a target under a second.
+    assert over not in _reason_after({"ttftP90": "500ms", "itlP90": "25ms"}, ttft_p90_s=None, waiting_requests=5.0)
+    # A broken TTFT with no queue reported is not a queue.
+    assert over not in _reason_after({"ttftP90": "1s", "itlP90": "25ms"}, ttft_p90_s=1.5, waiting_requests=None)
+
+
+def test_a_hold_message_names_the_source_s_reason_and_only_when_there_is_one() -> None:
+    def reason(health_reason: str | None) -> str:
+        run = Run(make_spec())
+        run.steady(5)
+        stale = PoolSnapshot("prefill", run.now - 600.0, INTERVAL, 2, request_rate=0.0, health_reason=health_reason)
+        d = run.step(stale, decode_snap(run.now))
+        assert d.prefill is not None and d.prefill.hold == "MetricsStale"
+        return d.prefill.reason
+
+    assert reason(None).endswith("prefill metrics are 600s old")
+    assert reason("scrape timed out").endswith("prefill metrics are 600s old: scrape timed out")
