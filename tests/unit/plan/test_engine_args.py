@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from disagg.api.engine import ChatSettings, EngineSettings
 from disagg.plan.engine_args import _engine_settings, chat_argv
+from disagg.plan.serving import DRAIN_SECONDS, shutdown_timeout
 
 
 def test_every_engine_setting_is_its_flag_with_its_value() -> None:
@@ -24,7 +25,6 @@ def test_every_engine_setting_is_its_flag_with_its_value() -> None:
                 "extraConfig": {"draft_tensor_parallel_size": 1},
             },
             "all2allBackend": "deepep_low_latency",
-            "shutdownTimeoutSeconds": 30,
         }
     )
     assert _engine_settings(engine) == [
@@ -38,7 +38,6 @@ def test_every_engine_setting_is_its_flag_with_its_value() -> None:
         "--speculative-config",
         '{"method":"eagle3","num_speculative_tokens":3,"model":"org/draft","draft_tensor_parallel_size":1}',
         "--all2all-backend", "deepep_low_latency",
-        "--shutdown-timeout", "30",
     ]  # fmt: skip
 
 
@@ -69,3 +68,11 @@ def test_every_chat_setting_is_its_flag_with_its_value() -> None:
         "--enable-auto-tool-choice",
     ]  # fmt: skip
     assert chat_argv(ChatSettings()) == []
+
+
+def test_the_shutdown_timeout_is_the_spec_s_else_the_drain_of_gated_pools_else_vllm_s_default() -> None:
+    # engine_argv appends it after the engine settings (plan/serving.py decides it)
+    assert shutdown_timeout(30, gated=False) == 30
+    assert shutdown_timeout(45, gated=True) == 45
+    assert shutdown_timeout(None, gated=True) == DRAIN_SECONDS
+    assert shutdown_timeout(None, gated=False) is None

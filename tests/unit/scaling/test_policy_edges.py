@@ -95,14 +95,14 @@ def test_a_need_within_the_up_tolerance_is_noise_unless_the_slo_is_broken() -> N
     assert verdict(2.1, breach=True) == (3, "scale up")
 
 
-def test_the_adaptive_burst_hold_follows_the_median_gap_between_bursts() -> None:
+def test_the_adaptive_burst_hold_follows_the_longest_recent_gap_between_bursts() -> None:
     config, tuning = config_from_spec(make_spec()), Tuning()
     window = config.down_window_s
-    # Gaps 100, 200, 300, 400, 500 s: the median is 300, held 1.25 x 300 = 375 s (more than one 300 s window).
+    # Gaps 100, 200, 300, 400, 500 s: held for the longest, 500 s (under the cap of 4 windows).
     bursts = (0.0, 100.0, 300.0, 600.0, 1000.0, 1500.0)
-    assert burst_hold(config, PoolMemory(bursts=bursts), tuning) == tuning.burst_gap_factor * 300.0
-    # An even count of gaps takes the mean of the middle two: 200 and 300.
-    assert burst_hold(config, PoolMemory(bursts=bursts[:5]), tuning) == max(tuning.burst_gap_factor * 250.0, window)
+    assert burst_hold(config, PoolMemory(bursts=bursts), tuning) == 500.0
+    # Without the last burst the longest gap is 400 s: still more than one 300 s window.
+    assert burst_hold(config, PoolMemory(bursts=bursts[:5]), tuning) == max(400.0, window)
 
 
 def test_a_climbing_need_is_forecast_one_horizon_ahead_when_forecasting_is_on() -> None:
