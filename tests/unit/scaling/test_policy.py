@@ -712,6 +712,22 @@ def test_tokens_over_the_itl_target_lower_the_decode_aim() -> None:
     assert (bursty.decisions[-1].decode.need or 0) > (calm.decisions[-1].decode.need or 0)  # type: ignore[union-attr]
 
 
+def steady_decode_need(tuning: Tuning, replicas: int, kv_cache_usage: float) -> float:
+    """Decode's need after 10 minutes of 54 sequences on `replicas` engines that idle at 48.8 ms and add 0.68 ms per
+    sequence (2% noise), against a 100 ms ITL target."""
+    run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+    d = None
+    for _ in range(40):
+        itl = (0.0488 + 0.00068 * 54 / replicas) * (1 + 0.02 * math.sin(run.now))
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, replicas, generation_token_rate=54 / itl, running_requests=54.0,
+            waiting_requests=0.0, kv_cache_usage=kv_cache_usage, itl_p90_s=itl * 1.2, itl_mean_s=itl,
+        )  # fmt: skip
+        d = run.step(prefill_snap(run.now), snap)
+    assert d is not None and d.decode is not None and d.decode.need is not None
+    return d.decode.need
+
+
 def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
     # A steady load whose points sit close together, on an engine that idles at half the 100 ms target (49 ms,
     # where the prior says 25 ms) and adds 0.68 ms per sequence of 2.2k tokens: 54 sequences on 2 replicas run at
@@ -720,17 +736,7 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
     # replica and would keep one replica where two are needed. Along the secant from the fit's idle through where
     # the pool runs, it counts 31-35.
     def need_with(tuning: Tuning) -> float:
-        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
-        d = None
-        for _ in range(40):
-            itl = (0.0488 + 0.00068 * 27) * (1 + 0.02 * math.sin(run.now))
-            snap = PoolSnapshot(
-                "decode", run.now, INTERVAL, 2, generation_token_rate=54 / itl, running_requests=54.0,
-                waiting_requests=0.0, kv_cache_usage=0.063, itl_p90_s=itl * 1.2, itl_mean_s=itl,
-            )  # fmt: skip
-            d = run.step(prefill_snap(run.now), snap)
-        assert d is not None and d.decode is not None and d.decode.need is not None
-        return d.decode.need
+        return steady_decode_need(tuning, replicas=2, kv_cache_usage=0.063)
 
     # Little's law: 816 tok/s at 70 ms is 57 sequences, 64 with square-root headroom; at 31 per replica, 2.1.
     assert 1.7 <= need_with(Tuning()) <= 2.3
@@ -768,17 +774,7 @@ def test_the_decode_margin_applies_to_the_room_above_idle() -> None:
     # keeps a third replica that 2 x 27 sequences at 67 ms do not need. 70% of what the target leaves above the
     # fit's idle (55 ms here: one cluster of points lifts it) aims at 86 ms, where 2 replicas are plenty.
     def need_with(tuning: Tuning) -> float:
-        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
-        d = None
-        for _ in range(40):
-            itl = (0.0488 + 0.00068 * 18) * (1 + 0.02 * math.sin(run.now))
-            snap = PoolSnapshot(
-                "decode", run.now, INTERVAL, 3, generation_token_rate=54 / itl, running_requests=54.0,
-                waiting_requests=0.0, kv_cache_usage=0.042, itl_p90_s=itl * 1.2, itl_mean_s=itl,
-            )  # fmt: skip
-            d = run.step(prefill_snap(run.now), snap)
-        assert d is not None and d.decode is not None and d.decode.need is not None
-        return d.decode.need
+        return steady_decode_need(tuning, replicas=3, kv_cache_usage=0.042)
 
     assert need_with(Tuning()) > 1.85
     assert need_with(Tuning(itl_margin_above_idle=True)) < 1.5

@@ -13,7 +13,7 @@ from disagg.scaling.policy.limits import burst_hold, forecast_need, stabilized
 from disagg.scaling.policy.proposal import Proposal
 from disagg.scaling.policy.state import MOMENTS, recommendation
 from disagg.scaling.snapshot import PoolSnapshot
-from tests.unit.scaling.test_policy import INTERVAL, Run, decode_snap, make_spec, prefill_snap
+from tests.unit.scaling.test_policy import INTERVAL, Run, decode_snap, make_spec, prefill_snap, steady_decode_need
 
 
 def test_without_max_replicas_an_autoscaled_pool_stays_within_its_spec_replicas() -> None:
@@ -65,17 +65,7 @@ def test_kv_usage_at_the_ceiling_is_not_yet_overload_and_still_teaches_the_fit()
 def test_a_pool_running_exactly_the_minimum_anchor_batch_is_sized_along_the_secant() -> None:
     # As in test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit: 27 sequences per replica.
     def need_with(tuning: Tuning) -> float:
-        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
-        d = None
-        for _ in range(40):
-            itl = (0.0488 + 0.00068 * 27) * (1 + 0.02 * math.sin(run.now))
-            snap = PoolSnapshot(
-                "decode", run.now, INTERVAL, 2, generation_token_rate=54 / itl, running_requests=54.0,
-                waiting_requests=0.0, kv_cache_usage=0.063, itl_p90_s=itl * 1.2, itl_mean_s=itl,
-            )  # fmt: skip
-            d = run.step(prefill_snap(run.now), snap)
-        assert d is not None and d.decode is not None and d.decode.need is not None
-        return d.decode.need
+        return steady_decode_need(tuning, replicas=2, kv_cache_usage=0.063)
 
     anchored = need_with(Tuning())
     assert need_with(Tuning(itl_anchor_min_batch=27.0)) == anchored
