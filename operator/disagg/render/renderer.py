@@ -38,10 +38,9 @@ def _astral(match: re.Match[str]) -> str:
 def yaml_json(value: Any) -> str:
     """JSON that YAML reads back as the same value. json.dumps writes a character beyond the Basic Multilingual
     Plane as a UTF-16 surrogate pair (\\ud83d\\ude00), which YAML's double-quoted scalars refuse; YAML's own
-    \\U0001f600 says the same. DEL is the one character json.dumps leaves raw that a YAML stream may not hold
-    (the pure-Python loader drops it). Keys are sorted, as Jinja's own tojson does. Templates place every value
-    through this filter."""
-    return _SURROGATE_PAIR.sub(_astral, json.dumps(value, sort_keys=True)).replace("\x7f", "\\u007f")
+    \\U0001f600 says the same. (DEL, which a YAML stream may not hold raw, json.dumps already writes as \\u007f.)
+    Keys are sorted, as Jinja's own tojson does. Templates place every value through this filter."""
+    return _SURROGATE_PAIR.sub(_astral, json.dumps(value, sort_keys=True))
 
 
 @cache
