@@ -221,7 +221,7 @@ build_prometheus() {
 	local release v=github.com/prometheus/common/version minor
 	minor=${PROMETHEUS_VERSION#v0.3}; minor=${minor%%.*}
 	release="3.$((10#$minor)).${PROMETHEUS_VERSION##*.}"
-	GOBIN="$BIN" run_step prometheus "$GO" install "${GOBUILD_FLAGS[@]}" \
+	GOBIN="$BIN" run_step prometheus "$GO" install "${GOBUILD_FLAGS[@]}" -tags remove_all_sd \
 		-ldflags "-s -w -X $v.Version=$release -X $v.Branch=release -X $v.Revision=$PROMETHEUS_VERSION" \
 		"github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
 	stamp prometheus "$PROMETHEUS_VERSION"
