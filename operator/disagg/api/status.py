@@ -68,9 +68,21 @@ class FailingPair(StatusModel):
 
 class Remediation(StatusModel):
     time: str | None = Field(default=None, description="When it was done (RFC 3339).")
-    action: str = Field(default="", description="RestartedPeer, DrainedPairs, or Held (report only / rate limit).")
+    action: str = Field(default="", description="RecreatedEngine, DrainedPairs, or Held (report only / rate limit).")
     target: str = Field(default="", description="The pod or pairs acted on.")
     reason: str = Field(default="", description="Why.")
+
+
+class Replacements(StatusModel):
+    """What the replacement cooldown is computed from, kept here so that a new leader honours it."""
+
+    last_replacement_time: str | None = Field(
+        default=None, description="When the operator last recreated an engine pod to restore serving (RFC 3339)."
+    )
+    unrecovered: int = Field(
+        default=0,
+        description="Replacements since Serving was last True; each one doubles the cooldown (up to an hour).",
+    )
 
 
 class ServingStatus(StatusModel):
@@ -91,6 +103,9 @@ class ServingStatus(StatusModel):
     slowest_seconds: float | None = Field(default=None, description="Slowest passing probe of the last round.")
     failing_pairs: list[FailingPair] = Field(default_factory=list, description="Up to 10 failing pairs.")
     last_remediation: Remediation | None = Field(default=None, description="The last recovery action.")
+    replacements: Replacements | None = Field(
+        default=None, description="The pod-replacement rate limit's state (spec.serving.remediation.cooldown)."
+    )
 
 
 class RevisionCount(StatusModel):

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
 
 from disagg.api.serving import RemediationAction
 from disagg.names import PoolName
@@ -56,6 +58,37 @@ class Plan:
     """The check state with drains marked; None when unchanged."""
 
 
+def memory_status(memory: Memory) -> dict[str, Any] | None:
+    """The cooldown's inputs for `status.serving.replacements`, so a new leader (or this operator after a restart)
+    keeps the rate limit the previous one was under instead of replacing a pod at once; None when there is none."""
+    if memory.last_replacement is None and memory.unrecovered == 0:
+        return None
+    out: dict[str, Any] = {"unrecovered": memory.unrecovered}
+    if memory.last_replacement is not None:
+        moment = datetime.fromtimestamp(memory.last_replacement, UTC)
+        out["lastReplacementTime"] = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return out
+
+
+def memory_from_status(recorded: object) -> Memory:
+    """`memory_status` read back; what cannot be read counts as no replacement (the check then acts as on its first
+    round: one pod, then the cooldown)."""
+    if not isinstance(recorded, Mapping):
+        return Memory()
+    unrecovered = recorded.get("unrecovered")
+    count = unrecovered if isinstance(unrecovered, int) and not isinstance(unrecovered, bool) and unrecovered > 0 else 0
+    last: float | None = None
+    text = recorded.get("lastReplacementTime")
+    if isinstance(text, str):
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None:
+            last = moment.timestamp()
+    return Memory(last, count)
+
+
 def effective_cooldown(cooldown: float, unrecovered: int) -> float:
     return float(min(cooldown * 2.0**unrecovered, max(cooldown, MAX_COOLDOWN_SECONDS)))
 
@@ -73,7 +106,11 @@ def plan_remediation(
     """`desired`: each pool's replica count as asked now (the spec's or the autoscaler's)."""
     engines = list(engines)
     pods = {pod.name: pod for pod in engines}
-    if verdict.status == "True" and not verdict.failing:
+    if verdict.status == "True" and not (
+        verdict.failing or verdict.suspect or verdict.failing_candidates or verdict.suspect_candidates
+    ):
+        # Serving is back only when nothing failed this round: a pair that failed once is not yet counted as
+        # failing, and after a takeover every streak starts at zero again (D160).
         memory = replace(memory, unrecovered=0)
     # Drained pairs that pass again go back into rotation (whatever the action: drains are ours to lift).
     undrain = tuple(key for key, record in sorted(state.pairs.items()) if record.drained and record.failures == 0)

@@ -480,6 +480,7 @@ class Reconciler:
             return None
         try:
             pods = self._own_pods(state)
+            self.serving.restore(state.key, (state.owner.get("status") or {}).get("serving"))
             report = await self.serving.step(state.key, state.plan, state.live, pods, self.clock(), state.held)
         except KubeError as exc:
             if exc.transient:

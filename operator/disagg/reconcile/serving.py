@@ -18,7 +18,7 @@ from typing import Any
 
 from disagg.health.admission import decide_admissions, revision_counts
 from disagg.health.pods import EnginePod, engine_pods, gate_message
-from disagg.health.remediation import Memory, Plan, plan_remediation
+from disagg.health.remediation import Memory, Plan, memory_from_status, memory_status, plan_remediation
 from disagg.health.rollback import rollback_revision
 from disagg.health.sample import choose_pairs
 from disagg.health.verdict import CheckState, PairRecord, Verdict, judge, not_checked
@@ -57,6 +57,10 @@ class ServingReport:
     notices: list[Notice] = field(default_factory=list)
     due_in: float | None = None
     """Seconds until the next round; the reconciler re-queues the key then."""
+
+
+REPLACEMENTS = "replacements"
+"""The key of `status.serving` holding the replacement cooldown's inputs (health/remediation.py `memory_status`)."""
 
 
 @dataclass
@@ -103,6 +107,13 @@ class ServingChecker:
 
     async def close(self) -> None:
         await self.prober.close()
+
+    def restore(self, key: Key, recorded: Any) -> None:
+        """Take the replacement cooldown a previous leader (or this process before a restart) wrote to
+        `status.serving.replacements`, unless this process already remembers the DisaggDeployment."""
+        if key in self.memory or not isinstance(recorded, dict):
+            return
+        self.memory[key] = _Memory(remediation=memory_from_status(recorded.get(REPLACEMENTS)))
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
@@ -174,6 +185,8 @@ class ServingChecker:
                 serving.action, verdict, memory.state, engines, memory.remediation, now, serving.cooldown, desired
             )
             await self._remediate(key, serving, plan_, memory, pods, stamp, report)
+            if (replacements := memory_status(memory.remediation)) is not None and report.status is not None:
+                report.status[REPLACEMENTS] = replacements
             if serving.gated:
                 report.notices += await self._admit(key[0], engines, verdict, desired, target)
         if verdict.drained:

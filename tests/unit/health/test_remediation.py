@@ -4,7 +4,7 @@ when told to, and never more than the cooldown allows."""
 from __future__ import annotations
 
 from disagg.health.pods import EnginePod
-from disagg.health.remediation import Memory, effective_cooldown, plan_remediation
+from disagg.health.remediation import Memory, effective_cooldown, memory_from_status, memory_status, plan_remediation
 from disagg.health.verdict import CheckState, Outcome, PairId, Verdict, judge
 from tests.unit.health.podfactory import engine
 
@@ -49,6 +49,32 @@ def test_serving_again_resets_the_backoff() -> None:
     state, verdict = round_of(CheckState(), [ok("p0", "d0")], pods)
     plan = plan_remediation("Recreate", verdict, state, pods, Memory(1000.0, 3), 2000.0, COOLDOWN)
     assert plan.memory == Memory(1000.0, 0) and plan.replace is None
+
+
+def test_a_pair_that_failed_once_is_not_serving_again_so_the_backoff_stays() -> None:
+    # Threshold 2: one failed probe leaves Serving True but the pair suspect. That is not recovery (after a
+    # takeover every streak restarts at zero, so the first round always looks like this).
+    pods = [engine("p0", "prefill"), engine("d0", "decode")]
+    state, verdict = judge(CheckState(), [bad("p0", "d0")], pods, 2, "t")
+    assert verdict.status == "True" and verdict.suspect == 1
+    plan = plan_remediation("Recreate", verdict, state, pods, Memory(1000.0, 3), 2000.0, COOLDOWN)
+    assert plan.memory == Memory(1000.0, 3)
+
+
+def test_the_cooldown_survives_status_as_text() -> None:
+    assert memory_status(Memory()) is None
+    recorded = memory_status(Memory(1767225600.0, 2))
+    assert recorded == {"unrecovered": 2, "lastReplacementTime": "2026-01-01T00:00:00Z"}
+    assert memory_from_status(recorded) == Memory(1767225600.0, 2)
+    assert memory_from_status({"unrecovered": 1}) == Memory(None, 1)
+    assert memory_status(Memory(None, 1)) == {"unrecovered": 1}
+
+
+def test_a_cooldown_in_status_that_cannot_be_read_counts_as_none() -> None:
+    for recorded in (None, "x", {"unrecovered": True}, {"unrecovered": -1}, {"lastReplacementTime": "yesterday"}):
+        assert memory_from_status(recorded) == Memory(), recorded
+    # A time without a zone names no instant: it is not trusted either.
+    assert memory_from_status({"lastReplacementTime": "2026-01-01T00:00:00", "unrecovered": 1}) == Memory(None, 1)
 
 
 def test_report_only_says_what_it_would_do() -> None:

@@ -134,6 +134,42 @@ async def test_a_broken_pair_turns_serving_false_within_one_recheck_and_the_stal
     assert len({p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)}) == 2
 
 
+async def test_a_new_leader_keeps_the_replacement_cooldown_the_previous_one_wrote_to_status() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT"
+    for step in (10, 2):
+        clock.now += step
+        await h.reconcile()
+    engines = {"m-prefill-a", "m-decode-a"}
+    survivors = {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)} & engines
+    assert len(survivors) == 1
+    replacements = h.status["serving"]["replacements"]
+    assert replacements["unrecovered"] == 1 and replacements["lastReplacementTime"].endswith("Z")
+    (survivor,) = survivors
+    # The workload's new pod comes up and every pair through it fails too: a takeover drops the in-process memory
+    # (reconciler.py), and the new leader reads the cooldown back from status instead of replacing at once.
+    role = "decode" if survivor.startswith("m-prefill") else "prefill"
+    create_pod(h.server, "m", f"m-{role}-b", role)
+    h.settle()
+    assert h.reconciler.serving is not None
+    h.reconciler.serving.memory.clear()
+    for step in (10, 2, 2):
+        clock.now += step
+        await h.reconcile()
+    names = {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)}
+    assert {survivor, f"m-{role}-b"} <= names, "replaced again within the cooldown after a takeover"
+    held = [e["message"] for e in h.events() if e["reason"] == "RemediationHeld"]
+    assert any("cooldown has" in message for message in held), held
+    # Past the doubled cooldown (one replacement did not bring Serving back: 2 x 2m) it acts again.
+    clock.now += 240
+    await h.reconcile()
+    clock.now += 2
+    await h.reconcile()
+    names = {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)}
+    assert len(names & {survivor, f"m-{role}-b"}) == 1
+    assert h.status["serving"]["replacements"]["unrecovered"] == 2
+
+
 async def test_report_only_remediation_deletes_nothing_and_says_what_it_would_do() -> None:
     document = FRONTEND.replace("remediation: {cooldown: 2m}", "remediation: {action: Report}")
     h, frontend, clock = await _serving(document)
