@@ -300,19 +300,17 @@ main() {
 	rm -f "$BIN/.complete"
 	local t0; t0=$(date +%s)
 	log "building into $BIN with $("$GO" version)"
-	# Kubernetes first: it is the long pole and the most likely to hit a
-	# missing module on a partial proxy.
-	build_k8s
-	build_etcd
-	build_kwok
-	build_helm
-	build_lws
-	build_prometheus
-	build_node
-	build_cni
-	build_coredns
-	build_crictl
-	build_pause
+	# Two streams at once: Kubernetes' binaries (the long pole, and the most likely to hit a missing module on a
+	# partial proxy) and everything else. Each Go build leaves a core idle while it links or waits on the module
+	# proxy; the other stream fills it. They share only the Go caches, which are safe for concurrent builds.
+	( build_k8s; build_node ) &
+	local k8s_stream=$!
+	( build_etcd; build_kwok; build_helm; build_lws; build_prometheus; build_cni; build_coredns; build_crictl; build_pause ) &
+	local other_stream=$!
+	local failed=0
+	wait "$k8s_stream" || failed=1
+	wait "$other_stream" || failed=1
+	[[ $failed -eq 0 ]] || die "a build stream failed (see the step that failed above; logs in $LOGS)"
 	echo "$want" >"$BIN/.complete"
 	log "done in $(($(date +%s) - t0))s; binaries: $(du -sh "$BIN" | cut -f1); timings: $TIMES"
 }
