@@ -33,6 +33,8 @@ real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/r
 	$(RUN) pytest tests/real -m real_engines -s
 
 contract: dev ## rendered command lines against the real vLLM 0.33.0 and vllm-router 0.1.17 parsers
+	@# The parsers' venv (6 GB, built once, cached) is made before pytest: cold, it takes longer than a test may.
+	tests/contract/env.sh >/dev/null
 	$(RUN) pytest tests/contract
 
 e2e: dev cluster-build node-packages ## end-to-end tests on the local control plane and its real node, the served-request real-engine tier included (not the extended modules)
@@ -44,18 +46,22 @@ e2e-extended: dev cluster-build node-packages ## the heavy e2e modules outside m
 real-engines: dev cluster-build node-packages ## the whole real-engine tier (served request and, from the extended set, every flow): real vLLM CPU engines in pods behind the endpoint
 	$(RUN) pytest e2e -m real_engines
 
-# Cold, most of `make test` is compiling the control plane (CPU) and building the e2e images (PyPI, the Debian
-# mirror, the disk): `make test` starts both in the background before lint and waits for them before the e2e suite,
-# so they overlap each other and the Python tiers (the contract venv alone is a 6 GB download). Warm, both are
-# no-ops (stamps, input-keyed images). The e2e fixtures build and import the images either way; this only overlaps.
+# Cold, most of `make test` is compiling the control plane (CPU), downloading the contract tier's parsers (a 6 GB
+# venv) and building the e2e images (PyPI, the Debian mirror, the disk): `make test` starts all three in the
+# background before lint and waits for them before the tiers that need them, so they overlap each other and the
+# Python tiers. Warm, all three are no-ops (stamps, a lock hash, input-keyed images). `make contract` and the e2e
+# fixtures build what they need either way (env.sh serialises concurrent builds); this only overlaps.
 CACHE_DIR := $${DISAGG_CACHE_DIR:-$$HOME/.cache/disagg-operator}
 CLUSTER_BUILD_LOG := $(CACHE_DIR)/cluster-build.log
 IMAGES_PREFETCH_LOG := $(CACHE_DIR)/images-prefetch.log
+CONTRACT_ENV_LOG := $(CACHE_DIR)/contract-env.log
 
 test: dev node-packages ## everything CI runs: lint, unit, contract and e2e (the control plane and the e2e images build meanwhile)
 	@mkdir -p "$(CACHE_DIR)"; \
 	echo "make test: building the control plane in the background (log: $(CLUSTER_BUILD_LOG))"; \
 	e2e/controlplane/build.sh >"$(CLUSTER_BUILD_LOG)" 2>&1 & build=$$!; \
+	echo "make test: building the contract tier's parser venv in the background (log: $(CONTRACT_ENV_LOG))"; \
+	tests/contract/env.sh >"$(CONTRACT_ENV_LOG)" 2>&1 & \
 	if [ "$${DISAGG_E2E_REAL_NODE:-1}" != 0 ]; then \
 		echo "make test: building the e2e images in the background (log: $(IMAGES_PREFETCH_LOG))"; \
 		( $(RUN) nice -n 10 python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \
