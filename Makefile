@@ -50,7 +50,9 @@ real-engines: dev cluster-build node-packages ## the whole real-engine tier (ser
 # venv) and building the e2e images (PyPI, the Debian mirror, the disk): `make test` starts all three in the
 # background before lint and waits for them before the tiers that need them, so they overlap each other and the
 # Python tiers. Warm, all three are no-ops (stamps, a lock hash, input-keyed images). `make contract` and the e2e
-# fixtures build what they need either way (env.sh serialises concurrent builds); this only overlaps.
+# fixtures build what they need either way (env.sh serialises concurrent builds); this only overlaps. The image
+# build is not niced: its steps wait on the network and the disk in turn, and niced it starved behind the Go builds
+# (its base image took 36 minutes instead of 1 in a cold run).
 CACHE_DIR := $${DISAGG_CACHE_DIR:-$$HOME/.cache/disagg-operator}
 CLUSTER_BUILD_LOG := $(CACHE_DIR)/cluster-build.log
 IMAGES_PREFETCH_LOG := $(CACHE_DIR)/images-prefetch.log
@@ -64,7 +66,7 @@ test: dev node-packages ## everything CI runs: lint, unit, contract and e2e (the
 	tests/contract/env.sh >"$(CONTRACT_ENV_LOG)" 2>&1 & \
 	if [ "$${DISAGG_E2E_REAL_NODE:-1}" != 0 ]; then \
 		echo "make test: building the e2e images in the background (log: $(IMAGES_PREFETCH_LOG))"; \
-		( $(RUN) nice -n 10 python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \
+		( $(RUN) python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>		( $(RUN) nice -n 10 python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \1 \
 			|| echo "make test: the background image build failed; the e2e suite builds again and reports it" ) & \
 	fi; \
 	$(MAKE) --no-print-directory lint unit contract \
