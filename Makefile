@@ -66,7 +66,7 @@ test: dev node-packages ## everything CI runs: lint, unit, contract and e2e (the
 	tests/contract/env.sh >"$(CONTRACT_ENV_LOG)" 2>&1 & \
 	if [ "$${DISAGG_E2E_REAL_NODE:-1}" != 0 ]; then \
 		echo "make test: building the e2e images in the background (log: $(IMAGES_PREFETCH_LOG))"; \
-		( $(RUN) python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>		( $(RUN) nice -n 10 python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \1 \
+		( $(RUN) python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \
 			|| echo "make test: the background image build failed; the e2e suite builds again and reports it" ) & \
 	fi; \
 	$(MAKE) --no-print-directory lint unit contract \
