@@ -55,6 +55,12 @@ class Tuning:
     """Apply the aim to the part of the ITL target above the fit's idle ITL (as `ttft_margin` applies to the wait,
     not the whole TTFT): where the idle step is half the target, 70% of the whole target leaves a third of the room
     there is."""
+    itl_backoff_rise: float = 0.0
+    """With `itl_margin_above_idle`: while the decode need has climbed by at least this share of itself over
+    `forecast_window_s` (significantly, t >= rise_t), aim at `itl_margin` of the whole target instead (0 turns the
+    back-off off). A load that is building up (a switch to long outputs: concurrency grows for a whole request
+    duration) outruns a start-up, and the aim above idle then scales up too late; once the load settles, the
+    room above idle is safe to use."""
     itl_idle_cap: float = 0.6
     """...with the idle counted at most this share of the target, so a fit whose idle runs high cannot aim at the
     target itself."""
@@ -156,6 +162,12 @@ class Tuning:
     shortage: with clumped arrivals (bursty's Gamma CV 3 base load) the queueing model's need at 15% utilisation is
     half a replica, while the clumps break the TTFT of two; each such scale-down came back within minutes, as two
     reversals and a lost window."""
+    learn_floor_windows: float = 1.0
+    """How many scaleDown windows after our scale-down a shortage teaches the floor."""
+    learn_floor_any: bool = False
+    """Any scale-up within `learn_floor_windows` of our own scale-down teaches the floor, not only one on a broken
+    SLO: the model asked for the replica back, so the scale-down was the first half of a reversal (a need that
+    hovers at an integer boundary, as a multi-turn load's does, flaps across it)."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

@@ -157,8 +157,10 @@ def _remember(
                 bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
             burst_at = now
         # Caught short within a window of our own scale-down: the size it came down to is too small.
-        came_down = memory.direction < 0 and now - (memory.changed_at or -math.inf) <= config.down_window_s
-        if tuning.learn_floor and proposal.breach and not proposal.settling and came_down:
+        since_down = now - (memory.changed_at or -math.inf)
+        came_down = memory.direction < 0 and since_down <= tuning.learn_floor_windows * config.down_window_s
+        short = proposal.breach or tuning.learn_floor_any
+        if tuning.learn_floor and short and not proposal.settling and came_down:
             floor, floor_at = final.previous + 1, now
     if proposal.need is not None:
         reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0

@@ -10,7 +10,7 @@ from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, stationary
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, rising, stationary
 
 
 def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
@@ -74,6 +74,18 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
         return aim * target
     floor = min(max(idle, 0.0), tuning.itl_idle_cap * target)
     return floor + aim * (target - floor)
+
+
+def building_up(memory: PoolMemory, now: float, tuning: Tuning) -> bool:
+    """Whether the decode need has climbed by `itl_backoff_rise` of itself over `forecast_window_s` (a load that
+    builds up for a whole request duration, as after a switch to long outputs): the aim above idle then backs off
+    to the careful one (Tuning.itl_backoff_rise)."""
+    if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or not memory.history:
+        return False
+    slope = rising(memory.history, now, tuning.forecast_window_s, tuning)
+    if slope is None:
+        return False
+    return slope * tuning.forecast_window_s >= tuning.itl_backoff_rise * max(memory.history[-1].need, 1e-9)
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
@@ -211,7 +223,9 @@ def propose_decode(
         return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
-    itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, tuning)
+    backoff = building_up(memory, snap.taken_at, tuning)
+    aim_tuning = replace(tuning, itl_margin_above_idle=False) if backoff else tuning
+    itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, aim_tuning)
     max_batch = batch_cap(config, tuning)
     signal = fit_signal(snap, tuning)
     # Only from a window served by the replicas ready now: across a change, the batch per ready replica and the ITL
@@ -234,7 +248,7 @@ def propose_decode(
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
     why = (
-        f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
+        ("load building up, careful aim; " if backoff else "") + f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
         f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
         f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"
     )

@@ -12,7 +12,7 @@ from disagg.scaling.snapshot import Observation
 
 from .config import POOLS, PolicyConfig, Tuning
 from .proposal import Proposal
-from .state import PolicyState, PoolMemory, Recommendation, ceil_replicas, recommendation
+from .state import PolicyState, PoolMemory, Recommendation, ceil_replicas, recommendation, rising
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,29 +108,6 @@ def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tunin
     if slope is None:
         return None
     return history[-1].need + slope * tuning.forecast_horizon_s
-
-
-def rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:
-    """The slope of the need over the window (replicas/s) when it is significantly positive, else None.
-
-    A pool whose need has been climbing will need its replicas back: shrinking it now is the first half of a
-    reversal (the morning of a diurnal load). Least squares over the window; it counts when it is significant
-    (t >= rise_t) and material (at least rise_min replicas over the window)."""
-    points = [(r.at - now, r.need) for r in history if r.at > now - window]
-    n = len(points)
-    if n < 4:
-        return None
-    mean_t = sum(t for t, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((t - mean_t) ** 2 for t, _ in points)
-    if sxx <= 0:
-        return None
-    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
-    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points) / (n - 2)
-    error = math.sqrt(residual / sxx)
-    if slope * window < tuning.rise_min or slope < tuning.rise_t * error:
-        return None
-    return slope
 
 
 def down_window(config: PolicyConfig, memory: PoolMemory, now: float, tuning: Tuning) -> float:

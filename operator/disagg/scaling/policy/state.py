@@ -109,3 +109,26 @@ def recommendation(now: float, need: float, tuning: Tuning) -> Recommendation:
 
 def ceil_replicas(value: float) -> int:
     return math.ceil(value - 1e-9)
+
+
+def rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:
+    """The slope of the need over the window (replicas/s) when it is significantly positive, else None.
+
+    A pool whose need has been climbing will need its replicas back: shrinking it now is the first half of a
+    reversal (the morning of a diurnal load). Least squares over the window; it counts when it is significant
+    (t >= rise_t) and material (at least rise_min replicas over the window)."""
+    points = [(r.at - now, r.need) for r in history if r.at > now - window]
+    n = len(points)
+    if n < 4:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
+    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points) / (n - 2)
+    error = math.sqrt(residual / sxx)
+    if slope * window < tuning.rise_min or slope < tuning.rise_t * error:
+        return None
+    return slope
