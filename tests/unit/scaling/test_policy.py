@@ -827,7 +827,7 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     idle = Tuning(itl_margin_above_idle=True)
     plain, _ = needs(idle)
     backed, reasons = needs(replace(idle, itl_backoff_rise=0.25))
-    climbing = range(30, 40)
+    climbing = range(24, 36)
     assert all(backed[i] > 1.15 * plain[i] for i in climbing)
     assert all("load building up" in reasons[i] for i in climbing)
     # Flat again for a few minutes: the room above idle is used again.

@@ -56,11 +56,11 @@ class Tuning:
     not the whole TTFT): where the idle step is half the target, 70% of the whole target leaves a third of the room
     there is."""
     itl_backoff_rise: float = 0.0
-    """With `itl_margin_above_idle`: while the decode need has climbed by at least this share of itself over
-    `forecast_window_s` (significantly, t >= rise_t), aim at `itl_margin` of the whole target instead (0 turns the
-    back-off off). A load that is building up (a switch to long outputs: concurrency grows for a whole request
-    duration) outruns a start-up, and the aim above idle then scales up too late; once the load settles, the
-    room above idle is safe to use."""
+    """With `itl_margin_above_idle`: while the generated-token rate is at least this share above its median over
+    `itl_backoff_window_s`, aim at `itl_margin` of the whole target instead (0 turns the back-off off). A load that
+    builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
+    the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
+    itl_backoff_window_s: float = 180.0
     itl_idle_cap: float = 0.6
     """...with the idle counted at most this share of the target, so a fit whose idle runs high cannot aim at the
     target itself."""

@@ -167,12 +167,12 @@ def _remember(
         keep_after = now - max(
             config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s, reserve_s
         )
-        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning))
-        observed_at = memory.observed_at if memory.observed_at is not None else now
-        ready = observation.pool(name).ready_replicas
-        waiting = observation.pool(name).waiting_requests
         snap = observation.pool(name)
         load = snap.uncached_prompt_token_rate if name == "prefill" else snap.generation_token_rate
+        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning, load))
+        observed_at = memory.observed_at if memory.observed_at is not None else now
+        ready = snap.ready_replicas
+        waiting = snap.waiting_requests
     return state.with_memory(
         name,
         PoolMemory(

@@ -4,13 +4,14 @@ meets the ITL target, and Little's law on generated tokens with square-root head
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 
 from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, rising, stationary
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, stationary
 
 
 def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
@@ -76,16 +77,17 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
     return floor + aim * (target - floor)
 
 
-def building_up(memory: PoolMemory, now: float, tuning: Tuning) -> bool:
-    """Whether the decode need has climbed by `itl_backoff_rise` of itself over `forecast_window_s` (a load that
-    builds up for a whole request duration, as after a switch to long outputs): the aim above idle then backs off
-    to the careful one (Tuning.itl_backoff_rise)."""
-    if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or not memory.history:
+def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
+    """Whether the generated-token rate is `itl_backoff_rise` above its median over the last
+    `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs,
+    or a spike): the aim above idle then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not
+    the need: the need moves with the aim itself, and its noise on a steady load read as a climb."""
+    rate = snap.generation_token_rate
+    if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or rate is None:
         return False
-    slope = rising(memory.history, now, tuning.forecast_window_s, tuning)
-    if slope is None:
-        return False
-    return slope * tuning.forecast_window_s >= tuning.itl_backoff_rise * max(memory.history[-1].need, 1e-9)
+    window = tuning.itl_backoff_window_s
+    recent = [r.load for r in memory.history if r.load is not None and r.at > snap.taken_at - window]
+    return len(recent) >= 4 and rate >= (1.0 + tuning.itl_backoff_rise) * statistics.median(recent)
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
@@ -223,7 +225,7 @@ def propose_decode(
         return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
-    backoff = building_up(memory, snap.taken_at, tuning)
+    backoff = building_up(memory, snap, tuning)
     aim_tuning = replace(tuning, itl_margin_above_idle=False) if backoff else tuning
     itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, aim_tuning)
     max_batch = batch_cap(config, tuning)

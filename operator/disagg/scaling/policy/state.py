@@ -22,6 +22,9 @@ class Recommendation:
     """Replicas that would still leave the tolerance band of headroom (ceil of need / (1 - tolerance))."""
     need: float = 0.0
     """The continuous need itself, for the trend over the window."""
+    load: float | None = None
+    """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
+    (Tuning.itl_backoff_rise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +106,8 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
     return sample if previous is None else previous + smoothing * (sample - previous)
 
 
-def recommendation(now: float, need: float, tuning: Tuning) -> Recommendation:
-    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need)
+def recommendation(now: float, need: float, tuning: Tuning, load: float | None = None) -> Recommendation:
+    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need, load)
 
 
 def ceil_replicas(value: float) -> int:
