@@ -866,11 +866,11 @@ def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked
     # By default only a shortage on a broken SLO teaches the floor: the pool comes down to 2 again (a reversal).
     assert _back_up_soon_after_coming_down(Tuning(), gap_intervals=4)[-1] == 2
     # With learn_floor_any the model asking for the replica back within a window is the lesson too.
-    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any=True), gap_intervals=4) == [3] * 80
+    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill"), gap_intervals=4) == [3] * 80
 
 
 def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down() -> None:
     # Seven minutes (28 intervals) after the scale-down: outside one 5-minute window, inside two.
-    one = Tuning(learn_floor_any=True)
+    one = Tuning(learn_floor_any="prefill")
     assert _back_up_soon_after_coming_down(one, gap_intervals=28)[-1] == 2
     assert _back_up_soon_after_coming_down(replace(one, learn_floor_windows=2.0), gap_intervals=28) == [3] * 80

@@ -61,6 +61,10 @@ class Tuning:
     builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
     the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
     itl_backoff_window_s: float = 180.0
+    itl_backoff_room_share: float = 0.0
+    """...and aim, while backing off, at this share of the room above idle instead (0: at `itl_margin` of the whole
+    target). Where the idle step is half the target, the whole-target aim counts a third of the sequences per
+    replica the engine runs within the SLO, and a spike that doubles the load asked for three times the replicas."""
     itl_idle_cap: float = 0.6
     """...with the idle counted at most this share of the target, so a fit whose idle runs high cannot aim at the
     target itself."""
@@ -164,10 +168,12 @@ class Tuning:
     reversals and a lost window."""
     learn_floor_windows: float = 1.0
     """How many scaleDown windows after our scale-down a shortage teaches the floor."""
-    learn_floor_any: bool = False
-    """Any scale-up within `learn_floor_windows` of our own scale-down teaches the floor, not only one on a broken
-    SLO: the model asked for the replica back, so the scale-down was the first half of a reversal (a need that
-    hovers at an integer boundary, as a multi-turn load's does, flaps across it)."""
+    learn_floor_any: str = ""
+    """Pools ("decode", "prefill,decode") where any scale-up within `learn_floor_windows` of our own scale-down
+    teaches the floor, not only one on a broken SLO: the model asked for the replica back, so the scale-down was
+    the first half of a reversal (a need that hovers at an integer boundary, as a multi-turn load's does, flaps
+    across it). Decode's scale-ups are the model's (its SLO is rarely broken first), so the plain rule never
+    teaches it; prefill's bursts have the burst hold."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

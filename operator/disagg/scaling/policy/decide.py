@@ -159,7 +159,7 @@ def _remember(
         # Caught short within a window of our own scale-down: the size it came down to is too small.
         since_down = now - (memory.changed_at or -math.inf)
         came_down = memory.direction < 0 and since_down <= tuning.learn_floor_windows * config.down_window_s
-        short = proposal.breach or tuning.learn_floor_any
+        short = proposal.breach or name in tuning.learn_floor_any.split(",")
         if tuning.learn_floor and short and not proposal.settling and came_down:
             floor, floor_at = final.previous + 1, now
     if proposal.need is not None:

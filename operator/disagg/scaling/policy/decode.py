@@ -226,8 +226,11 @@ def propose_decode(
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
     backoff = building_up(memory, snap, tuning)
-    aim_tuning = replace(tuning, itl_margin_above_idle=False) if backoff else tuning
-    itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, aim_tuning)
+    itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, tuning)
+    if backoff:
+        careful = aimed_itl(target, itl_aim(state, tuning), model.idle, replace(tuning, itl_margin_above_idle=False))
+        room = aimed_itl(target, tuning.itl_backoff_room_share, model.idle, tuning)
+        itl_at_target = room if tuning.itl_backoff_room_share > 0 else careful
     max_batch = batch_cap(config, tuning)
     signal = fit_signal(snap, tuning)
     # Only from a window served by the replicas ready now: across a change, the batch per ready replica and the ITL
