@@ -833,6 +833,10 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     # Flat again for a few minutes: the room above idle is used again.
     assert backed[-1] == pytest.approx(plain[-1])
     assert "load building up" not in reasons[-1]
+    # Backing off to a share of the room above idle instead: 35% of what the target leaves above the fit's idle
+    # (about 49 ms) is about 67 ms, not the careful 70 ms of the whole target.
+    room, _ = needs(replace(idle, itl_backoff_rise=0.25, itl_backoff_room_share=0.35))
+    assert all(room[i] > 1.15 * plain[i] and room[i] != pytest.approx(backed[i], rel=0.01) for i in climbing)
     # Off by default (and without the aim above idle it has nothing to back off from).
     assert needs(Tuning())[0] == needs(replace(Tuning(), itl_backoff_rise=0.25))[0]
 
@@ -867,6 +871,8 @@ def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked
     assert _back_up_soon_after_coming_down(Tuning(), gap_intervals=4)[-1] == 2
     # With learn_floor_any the model asking for the replica back within a window is the lesson too.
     assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill"), gap_intervals=4) == [3] * 80
+    # Only in the pools it names.
+    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="decode"), gap_intervals=4)[-1] == 2
 
 
 def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down() -> None:
