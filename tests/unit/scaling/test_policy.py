@@ -836,7 +836,8 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     # Backing off to a share of the room above idle instead: 35% of what the target leaves above the fit's idle
     # (about 49 ms) is about 67 ms, not the careful 70 ms of the whole target.
     room, _ = needs(replace(idle, itl_backoff_rise=0.25, itl_backoff_room_share=0.35))
-    assert all(room[i] > 1.15 * plain[i] and room[i] != pytest.approx(backed[i], rel=0.01) for i in climbing)
+    assert all(room[i] > 1.15 * plain[i] for i in climbing)
+    assert room[24] > backed[24] + 0.05
     # Off by default (and without the aim above idle it has nothing to back off from).
     assert needs(Tuning())[0] == needs(replace(Tuning(), itl_backoff_rise=0.25))[0]
 
