@@ -881,3 +881,10 @@ def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down()
     one = Tuning(learn_floor_any="prefill")
     assert _back_up_soon_after_coming_down(one, gap_intervals=28)[-1] == 2
     assert _back_up_soon_after_coming_down(replace(one, learn_floor_windows=2.0), gap_intervals=28) == [3] * 80
+
+
+def test_a_learned_floor_lapses_when_the_load_falls_well_below_what_taught_it() -> None:
+    # The floor above was taught at 40 req/s; the calm after it is 20 req/s, half of that.
+    taught = Tuning(learn_floor_any="prefill")
+    assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.4), gap_intervals=4) == [3] * 80
+    assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.6), gap_intervals=4)[-1] == 2

@@ -174,6 +174,10 @@ class Tuning:
     the first half of a reversal (a need that hovers at an integer boundary, as a multi-turn load's does, flaps
     across it). Decode's scale-ups are the model's (its SLO is rarely broken first), so the plain rule never
     teaches it; prefill's bursts have the burst hold."""
+    learn_floor_load_share: float = 0.0
+    """The learned floor holds only while the pool's load is at least this share of what it was when the floor was
+    learned (0: whatever the load). A floor learned while a long-output phase ran kept decode at its size through
+    the next phase's tenth of the load (mix_shift: 5 decode replicas for 125 generated tokens/s)."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

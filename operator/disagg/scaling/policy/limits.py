@@ -58,7 +58,7 @@ def stabilized(
         window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
-    floor = learned_floor(state.memory(name), now, tuning)
+    floor = learned_floor(state.memory(name), now, tuning, proposal.load)
     down_to = max(down_to, reserve(history, now, tuning), floor)
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
     # unless the SLO is already broken.
@@ -92,9 +92,13 @@ def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> 
     return ceil_replicas(needs[min(int(tuning.reserve_quantile * len(needs)), len(needs) - 1)])
 
 
-def learned_floor(memory: PoolMemory, now: float, tuning: Tuning) -> int:
-    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent."""
+def learned_floor(memory: PoolMemory, now: float, tuning: Tuning, load: float | None = None) -> int:
+    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent and (with
+    Tuning.learn_floor_load_share) while the load is still near what it was taught at."""
     if not tuning.learn_floor or memory.floor_at is None or now - memory.floor_at > tuning.burst_memory_s:
+        return 0
+    share = tuning.learn_floor_load_share
+    if share > 0 and memory.floor_load is not None and load is not None and load < share * memory.floor_load:
         return 0
     return memory.floor
 

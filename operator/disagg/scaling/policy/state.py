@@ -49,7 +49,9 @@ class PoolMemory:
     """Replicas the pool is not scaled below (Tuning.learn_floor): one more than a size it was caught short at
     right after our scale-down to it..."""
     floor_at: float | None = None
-    """...learned then (it lapses after Tuning.burst_memory_s)."""
+    """...learned then (it lapses after Tuning.burst_memory_s)..."""
+    floor_load: float | None = None
+    """...at this load (Tuning.learn_floor_load_share)."""
     load: float | None = None
     """The pool's load at the last evaluation (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
 
