@@ -739,8 +739,9 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
         return steady_decode_need(tuning, replicas=2, kv_cache_usage=0.063)
 
     # Little's law: 816 tok/s at 70 ms is 57 sequences, 64 with square-root headroom; at 31 per replica, 2.1.
-    assert 1.7 <= need_with(Tuning()) <= 2.3
-    assert need_with(Tuning(itl_anchor=False)) < 1.3
+    whole = Tuning(itl_margin_above_idle=False)  # the aim at 70 % of the whole target, as worked out above
+    assert 1.7 <= need_with(whole) <= 2.3
+    assert need_with(replace(whole, itl_anchor=False)) < 1.3
 
 
 def test_the_reserve_keeps_capacity_needed_for_most_of_the_recent_past() -> None:
@@ -776,8 +777,8 @@ def test_the_decode_margin_applies_to_the_room_above_idle() -> None:
     def need_with(tuning: Tuning) -> float:
         return steady_decode_need(tuning, replicas=3, kv_cache_usage=0.042)
 
-    assert need_with(Tuning()) > 1.85
-    assert need_with(Tuning(itl_margin_above_idle=True)) < 1.5
+    assert need_with(Tuning(itl_margin_above_idle=False)) > 1.85
+    assert need_with(Tuning()) < 1.5
 
 
 def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> None:
@@ -799,8 +800,9 @@ def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> Non
             out.append(ready)
         return out
 
-    assert min(sizes(Tuning())) == 3
-    assert sizes(Tuning(itl_anchor_min_batch=4.0))[-30:] == [1] * 30
+    whole = Tuning(itl_margin_above_idle=False)
+    assert min(sizes(whole)) == 3
+    assert sizes(replace(whole, itl_anchor_min_batch=4.0))[-30:] == [1] * 30
 
 
 def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
@@ -824,7 +826,7 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
             reasons.append(d.decode.reason)
         return out, reasons
 
-    idle = Tuning(itl_margin_above_idle=True)
+    idle = Tuning(itl_backoff_rise=0.0)
     plain, _ = needs(idle)
     backed, reasons = needs(replace(idle, itl_backoff_rise=0.25))
     climbing = range(24, 36)
@@ -838,8 +840,9 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     room, _ = needs(replace(idle, itl_backoff_rise=0.25, itl_backoff_room_share=0.35))
     assert all(room[i] > 1.15 * plain[i] for i in climbing)
     assert room[24] > backed[24] + 0.05
-    # Off by default (and without the aim above idle it has nothing to back off from).
-    assert needs(Tuning())[0] == needs(replace(Tuning(), itl_backoff_rise=0.25))[0]
+    # Without the aim above idle it has nothing to back off from.
+    whole = Tuning(itl_margin_above_idle=False)
+    assert needs(whole)[0] == needs(replace(whole, itl_backoff_rise=0.25))[0]
 
 
 def _back_up_soon_after_coming_down(tuning: Tuning, gap_intervals: int) -> list[int]:
@@ -868,7 +871,8 @@ def _back_up_soon_after_coming_down(tuning: Tuning, gap_intervals: int) -> list[
 
 
 def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked() -> None:
-    # By default only a shortage on a broken SLO teaches the floor: the pool comes down to 2 again (a reversal).
+    # By default (decode only) a prefill shortage teaches the floor only on a broken SLO: the pool comes down to 2
+    # again (a reversal).
     assert _back_up_soon_after_coming_down(Tuning(), gap_intervals=4)[-1] == 2
     # With learn_floor_any the model asking for the replica back within a window is the lesson too.
     assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill"), gap_intervals=4) == [3] * 80
@@ -878,7 +882,7 @@ def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked
 
 def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down() -> None:
     # Seven minutes (28 intervals) after the scale-down: outside one 5-minute window, inside two.
-    one = Tuning(learn_floor_any="prefill")
+    one = Tuning(learn_floor_any="prefill", learn_floor_windows=1.0)
     assert _back_up_soon_after_coming_down(one, gap_intervals=28)[-1] == 2
     assert _back_up_soon_after_coming_down(replace(one, learn_floor_windows=2.0), gap_intervals=28) == [3] * 80
 

@@ -51,11 +51,11 @@ class Tuning:
     itl_margin: float = 0.7
     """Aim decode at this share of the ITL target (of what the target leaves above idle, with
     `itl_margin_above_idle`)."""
-    itl_margin_above_idle: bool = False
+    itl_margin_above_idle: bool = True
     """Apply the aim to the part of the ITL target above the fit's idle ITL (as `ttft_margin` applies to the wait,
     not the whole TTFT): where the idle step is half the target, 70% of the whole target leaves a third of the room
     there is."""
-    itl_backoff_rise: float = 0.0
+    itl_backoff_rise: float = 1.0
     """With `itl_margin_above_idle`: while the generated-token rate is at least this share above its median over
     `itl_backoff_window_s`, aim at `itl_margin` of the whole target instead (0 turns the back-off off). A load that
     builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
@@ -166,9 +166,9 @@ class Tuning:
     shortage: with clumped arrivals (bursty's Gamma CV 3 base load) the queueing model's need at 15% utilisation is
     half a replica, while the clumps break the TTFT of two; each such scale-down came back within minutes, as two
     reversals and a lost window."""
-    learn_floor_windows: float = 1.0
+    learn_floor_windows: float = 2.0
     """How many scaleDown windows after our scale-down a shortage teaches the floor."""
-    learn_floor_any: str = ""
+    learn_floor_any: str = "decode"
     """Pools ("decode", "prefill,decode") where any scale-up within `learn_floor_windows` of our own scale-down
     teaches the floor, not only one on a broken SLO: the model asked for the replica back, so the scale-down was
     the first half of a reversal (a need that hovers at an integer boundary, as a multi-turn load's does, flaps
