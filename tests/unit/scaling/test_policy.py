@@ -739,8 +739,9 @@ def test_decode_sizes_from_where_it_runs_not_from_an_extrapolated_fit() -> None:
         return steady_decode_need(tuning, replicas=2, kv_cache_usage=0.063)
 
     # Little's law: 816 tok/s at 70 ms is 57 sequences, 64 with square-root headroom; at 31 per replica, 2.1.
-    assert 1.7 <= need_with(Tuning()) <= 2.3
-    assert need_with(Tuning(itl_anchor=False)) < 1.3
+    whole = Tuning(itl_margin_above_idle=False)  # the aim at 70 % of the whole target, as worked out above
+    assert 1.7 <= need_with(whole) <= 2.3
+    assert need_with(replace(whole, itl_anchor=False)) < 1.3
 
 
 def test_the_reserve_keeps_capacity_needed_for_most_of_the_recent_past() -> None:
@@ -776,8 +777,8 @@ def test_the_decode_margin_applies_to_the_room_above_idle() -> None:
     def need_with(tuning: Tuning) -> float:
         return steady_decode_need(tuning, replicas=3, kv_cache_usage=0.042)
 
-    assert need_with(Tuning()) > 1.85
-    assert need_with(Tuning(itl_margin_above_idle=True)) < 1.5
+    assert need_with(Tuning(itl_margin_above_idle=False)) > 1.85
+    assert need_with(Tuning()) < 1.5
 
 
 def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> None:
@@ -799,5 +800,95 @@ def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> Non
             out.append(ready)
         return out
 
-    assert min(sizes(Tuning())) == 3
-    assert sizes(Tuning(itl_anchor_min_batch=4.0))[-30:] == [1] * 30
+    whole = Tuning(itl_margin_above_idle=False)
+    assert min(sizes(whole)) == 3
+    assert sizes(replace(whole, itl_anchor_min_batch=4.0))[-30:] == [1] * 30
+
+
+def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
+    # The engine above (49 ms idle, +0.68 ms per sequence) on 2 replicas, against a 100 ms target. A switch to long
+    # outputs: the running batch climbs from 20 to 100 sequences over 5 minutes (every request stays for minutes,
+    # so concurrency builds up for that long), then holds. While it climbs, the aim above idle would size for
+    # 85 ms and order its replicas too late; the back-off sizes for the careful 70 ms of the whole target.
+    def needs(tuning: Tuning) -> tuple[list[float], list[str]]:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        out, reasons = [], []
+        for i in range(60):
+            running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
+            itl = 0.0488 + 0.00068 * running / 2
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
+                waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+            assert d.decode is not None and d.decode.need is not None
+            out.append(d.decode.need)
+            reasons.append(d.decode.reason)
+        return out, reasons
+
+    idle = Tuning(itl_backoff_rise=0.0)
+    plain, _ = needs(idle)
+    backed, reasons = needs(replace(idle, itl_backoff_rise=0.25))
+    climbing = range(24, 36)
+    assert all(backed[i] > 1.15 * plain[i] for i in climbing)
+    assert all("load building up" in reasons[i] for i in climbing)
+    # Flat again for a few minutes: the room above idle is used again.
+    assert backed[-1] == pytest.approx(plain[-1])
+    assert "load building up" not in reasons[-1]
+    # Backing off to a share of the room above idle instead: 35% of what the target leaves above the fit's idle
+    # (about 49 ms) is about 67 ms, not the careful 70 ms of the whole target.
+    room, _ = needs(replace(idle, itl_backoff_rise=0.25, itl_backoff_room_share=0.35))
+    assert all(room[i] > 1.15 * plain[i] for i in climbing)
+    assert room[24] > backed[24] + 0.05
+    # Without the aim above idle it has nothing to back off from.
+    whole = Tuning(itl_margin_above_idle=False)
+    assert needs(whole)[0] == needs(replace(whole, itl_backoff_rise=0.25))[0]
+
+
+def _back_up_soon_after_coming_down(tuning: Tuning, gap_intervals: int) -> list[int]:
+    """Prefill at 3 comes down to 2 on a calm 20 req/s; `gap_intervals` later the load rises to 40 req/s, which the
+    model (not a broken SLO) says needs 3 again; then 20 calm minutes at 20 req/s. Prefill's sizes over those."""
+    run = Run(make_spec(), tuning)
+    run.steady(25)
+    d = run.steady(30, ready=3, rps=40.0)
+    assert d.prefill is not None and d.prefill.replicas == 3
+    while d.prefill.replicas == 3:
+        d = run.step(prefill_snap(run.now, ready=3, rps=20.0), decode_snap(run.now))
+        assert d.prefill is not None
+    for _ in range(gap_intervals):
+        d = run.step(prefill_snap(run.now, ready=2, rps=20.0), decode_snap(run.now))
+    for _ in range(4):
+        d = run.step(prefill_snap(run.now, ready=2, rps=40.0), decode_snap(run.now))
+        assert d.prefill is not None
+    assert d.prefill.replicas == 3 and not any("TTFT p90" in (x.prefill.reason if x.prefill else "") for x in
+                                               run.decisions[-4:])  # fmt: skip
+    out = []
+    for _ in range(80):
+        d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+        assert d.prefill is not None
+        out.append(d.prefill.replicas)
+    return out
+
+
+def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked() -> None:
+    # By default (decode only) a prefill shortage teaches the floor only on a broken SLO: the pool comes down to 2
+    # again (a reversal).
+    assert _back_up_soon_after_coming_down(Tuning(), gap_intervals=4)[-1] == 2
+    # With learn_floor_any the model asking for the replica back within a window is the lesson too.
+    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill"), gap_intervals=4) == [3] * 80
+    # Only in the pools it names.
+    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="decode"), gap_intervals=4)[-1] == 2
+
+
+def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down() -> None:
+    # Seven minutes (28 intervals) after the scale-down: outside one 5-minute window, inside two.
+    one = Tuning(learn_floor_any="prefill", learn_floor_windows=1.0)
+    assert _back_up_soon_after_coming_down(one, gap_intervals=28)[-1] == 2
+    assert _back_up_soon_after_coming_down(replace(one, learn_floor_windows=2.0), gap_intervals=28) == [3] * 80
+
+
+def test_a_learned_floor_lapses_when_the_load_falls_well_below_what_taught_it() -> None:
+    # The floor above was taught at 40 req/s; the calm after it is 20 req/s, half of that.
+    taught = Tuning(learn_floor_any="prefill")
+    assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.4), gap_intervals=4) == [3] * 80
+    assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.6), gap_intervals=4)[-1] == 2

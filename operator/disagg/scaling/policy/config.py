@@ -51,10 +51,20 @@ class Tuning:
     itl_margin: float = 0.7
     """Aim decode at this share of the ITL target (of what the target leaves above idle, with
     `itl_margin_above_idle`)."""
-    itl_margin_above_idle: bool = False
+    itl_margin_above_idle: bool = True
     """Apply the aim to the part of the ITL target above the fit's idle ITL (as `ttft_margin` applies to the wait,
     not the whole TTFT): where the idle step is half the target, 70% of the whole target leaves a third of the room
     there is."""
+    itl_backoff_rise: float = 1.0
+    """With `itl_margin_above_idle`: while the generated-token rate is at least this share above its median over
+    `itl_backoff_window_s`, aim at `itl_margin` of the whole target instead (0 turns the back-off off). A load that
+    builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
+    the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
+    itl_backoff_window_s: float = 180.0
+    itl_backoff_room_share: float = 0.0
+    """...and aim, while backing off, at this share of the room above idle instead (0: at `itl_margin` of the whole
+    target). Where the idle step is half the target, the whole-target aim counts a third of the sequences per
+    replica the engine runs within the SLO, and a spike that doubles the load asked for three times the replicas."""
     itl_idle_cap: float = 0.6
     """...with the idle counted at most this share of the target, so a fit whose idle runs high cannot aim at the
     target itself."""
@@ -156,6 +166,18 @@ class Tuning:
     shortage: with clumped arrivals (bursty's Gamma CV 3 base load) the queueing model's need at 15% utilisation is
     half a replica, while the clumps break the TTFT of two; each such scale-down came back within minutes, as two
     reversals and a lost window."""
+    learn_floor_windows: float = 2.0
+    """How many scaleDown windows after our scale-down a shortage teaches the floor."""
+    learn_floor_any: str = "decode"
+    """Pools ("decode", "prefill,decode") where any scale-up within `learn_floor_windows` of our own scale-down
+    teaches the floor, not only one on a broken SLO: the model asked for the replica back, so the scale-down was
+    the first half of a reversal (a need that hovers at an integer boundary, as a multi-turn load's does, flaps
+    across it). Decode's scale-ups are the model's (its SLO is rarely broken first), so the plain rule never
+    teaches it; prefill's bursts have the burst hold."""
+    learn_floor_load_share: float = 0.0
+    """The learned floor holds only while the pool's load is at least this share of what it was when the floor was
+    learned (0: whatever the load). A floor learned while a long-output phase ran kept decode at its size through
+    the next phase's tenth of the load (mix_shift: 5 decode replicas for 125 generated tokens/s)."""
     burst_memory_s: float = 3600.0
     """Bursts older than this no longer say how often they come."""
     burst_factor: float = 2.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from disagg.api.pool import PoolName
-from disagg.scaling.snapshot import Observation
+from disagg.scaling.snapshot import Observation, PoolSnapshot
 
 from .config import DEFAULT_TUNING, POOLS, PolicyConfig, Tuning
 from .decode import learn_decode, propose_decode
@@ -111,7 +111,12 @@ def _propose(
     # A replica we removed just left: its share of the traffic lands on survivors whose prefix caches do not hold it
     # yet, so uncached work and latency jump for about one window. Not evidence that the scale-down was wrong.
     settling = memory.direction < 0 and memory.ready is not None and snap.ready_replicas < memory.ready
-    return replace(proposal, settling=settling)
+    return replace(proposal, settling=settling, load=pool_load(snap))
+
+
+def pool_load(snap: PoolSnapshot) -> float | None:
+    """What the pool's model sizes it by: computed prompt tokens/s for prefill, generated tokens/s for decode."""
+    return snap.uncached_prompt_token_rate if snap.pool == "prefill" else snap.generation_token_rate
 
 
 def _pool_decision(
@@ -148,7 +153,7 @@ def _remember(
     history = memory.history
     observed_at, ready, burst_at, waiting = memory.observed_at, memory.ready, memory.burst_at, memory.waiting
     bursts, load = memory.bursts, memory.load
-    floor, floor_at = memory.floor, memory.floor_at
+    floor, floor_at, floor_load = memory.floor, memory.floor_at, memory.floor_load
     if final.replicas > final.previous and proposal.need is not None:
         jump = ceil_replicas(proposal.need) >= max(final.previous + 2, tuning.burst_factor * final.previous)
         if (proposal.breach or jump) and not proposal.settling:
@@ -157,20 +162,22 @@ def _remember(
                 bursts = (*(b for b in bursts if b >= now - tuning.burst_memory_s), now)
             burst_at = now
         # Caught short within a window of our own scale-down: the size it came down to is too small.
-        came_down = memory.direction < 0 and now - (memory.changed_at or -math.inf) <= config.down_window_s
-        if tuning.learn_floor and proposal.breach and not proposal.settling and came_down:
-            floor, floor_at = final.previous + 1, now
+        since_down = now - (memory.changed_at or -math.inf)
+        came_down = memory.direction < 0 and since_down <= tuning.learn_floor_windows * config.down_window_s
+        short = proposal.breach or name in tuning.learn_floor_any.split(",")
+        if tuning.learn_floor and short and not proposal.settling and came_down:
+            floor, floor_at, floor_load = final.previous + 1, now, proposal.load
     if proposal.need is not None:
         reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
         keep_after = now - max(
             config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s, reserve_s
         )
-        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning))
-        observed_at = memory.observed_at if memory.observed_at is not None else now
-        ready = observation.pool(name).ready_replicas
-        waiting = observation.pool(name).waiting_requests
         snap = observation.pool(name)
-        load = snap.uncached_prompt_token_rate if name == "prefill" else snap.generation_token_rate
+        load = pool_load(snap)
+        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning, load))
+        observed_at = memory.observed_at if memory.observed_at is not None else now
+        ready = snap.ready_replicas
+        waiting = snap.waiting_requests
     return state.with_memory(
         name,
         PoolMemory(
@@ -184,6 +191,7 @@ def _remember(
             bursts=bursts,
             floor=floor,
             floor_at=floor_at,
+            floor_load=floor_load,
             load=load,
             waiting=waiting,
         ),

@@ -4,6 +4,7 @@ meets the ITL target, and Little's law on generated tokens with square-root head
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 
 from disagg.scaling.snapshot import PoolSnapshot, share_above
@@ -74,6 +75,19 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
         return aim * target
     floor = min(max(idle, 0.0), tuning.itl_idle_cap * target)
     return floor + aim * (target - floor)
+
+
+def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
+    """Whether the generated-token rate is `itl_backoff_rise` above its median over the last
+    `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs,
+    or a spike): the aim above idle then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not
+    the need: the need moves with the aim itself, and its noise on a steady load read as a climb."""
+    rate = snap.generation_token_rate
+    if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or rate is None:
+        return False
+    window = tuning.itl_backoff_window_s
+    recent = [r.load for r in memory.history if r.load is not None and r.at > snap.taken_at - window]
+    return len(recent) >= 4 and rate >= (1.0 + tuning.itl_backoff_rise) * statistics.median(recent)
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
@@ -211,7 +225,12 @@ def propose_decode(
         return Proposal(need, "decode idle" if idle else "decode load unknown; holding the current size")
     usage_per_sequence = max(usage * snap.ready_replicas / running, 1e-6)
     model = itl_model(config, state, tuning)
+    backoff = building_up(memory, snap, tuning)
     itl_at_target = aimed_itl(target, itl_aim(state, tuning), model.idle, tuning)
+    if backoff:
+        careful = aimed_itl(target, itl_aim(state, tuning), model.idle, replace(tuning, itl_margin_above_idle=False))
+        room = aimed_itl(target, tuning.itl_backoff_room_share, model.idle, tuning)
+        itl_at_target = room if tuning.itl_backoff_room_share > 0 else careful
     max_batch = batch_cap(config, tuning)
     signal = fit_signal(snap, tuning)
     # Only from a window served by the replicas ready now: across a change, the batch per ready replica and the ITL
@@ -233,7 +252,7 @@ def propose_decode(
     concurrency = rate * itl_at_target + waiting
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
-    why = (
+    why = ("load building up, careful aim; " if backoff else "") + (
         f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
         f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
         f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"

@@ -12,7 +12,7 @@ from disagg.scaling.snapshot import Observation
 
 from .config import POOLS, PolicyConfig, Tuning
 from .proposal import Proposal
-from .state import PolicyState, PoolMemory, Recommendation, ceil_replicas, recommendation
+from .state import PolicyState, PoolMemory, Recommendation, ceil_replicas, recommendation, rising
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ def stabilized(
         window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
     down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
-    floor = learned_floor(state.memory(name), now, tuning)
+    floor = learned_floor(state.memory(name), now, tuning, proposal.load)
     down_to = max(down_to, reserve(history, now, tuning), floor)
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
     # unless the SLO is already broken.
@@ -92,9 +92,13 @@ def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> 
     return ceil_replicas(needs[min(int(tuning.reserve_quantile * len(needs)), len(needs) - 1)])
 
 
-def learned_floor(memory: PoolMemory, now: float, tuning: Tuning) -> int:
-    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent."""
+def learned_floor(memory: PoolMemory, now: float, tuning: Tuning, load: float | None = None) -> int:
+    """The size the pool learned it cannot go below (Tuning.learn_floor), while that lesson is recent and (with
+    Tuning.learn_floor_load_share) while the load is still near what it was taught at."""
     if not tuning.learn_floor or memory.floor_at is None or now - memory.floor_at > tuning.burst_memory_s:
+        return 0
+    share = tuning.learn_floor_load_share
+    if share > 0 and memory.floor_load is not None and load is not None and load < share * memory.floor_load:
         return 0
     return memory.floor
 
@@ -108,29 +112,6 @@ def forecast_need(history: tuple[Recommendation, ...], now: float, tuning: Tunin
     if slope is None:
         return None
     return history[-1].need + slope * tuning.forecast_horizon_s
-
-
-def rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:
-    """The slope of the need over the window (replicas/s) when it is significantly positive, else None.
-
-    A pool whose need has been climbing will need its replicas back: shrinking it now is the first half of a
-    reversal (the morning of a diurnal load). Least squares over the window; it counts when it is significant
-    (t >= rise_t) and material (at least rise_min replicas over the window)."""
-    points = [(r.at - now, r.need) for r in history if r.at > now - window]
-    n = len(points)
-    if n < 4:
-        return None
-    mean_t = sum(t for t, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((t - mean_t) ** 2 for t, _ in points)
-    if sxx <= 0:
-        return None
-    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
-    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points) / (n - 2)
-    error = math.sqrt(residual / sxx)
-    if slope * window < tuning.rise_min or slope < tuning.rise_t * error:
-        return None
-    return slope
 
 
 def down_window(config: PolicyConfig, memory: PoolMemory, now: float, tuning: Tuning) -> float:

@@ -27,6 +27,8 @@ class Proposal:
     """The observation already broke the pool's SLO or limits (whether or not the feedback path acted on it)."""
     settling: bool = False
     """The window straddles our own scale-down taking effect: the survivors' caches are still warming."""
+    load: float | None = None
+    """The pool's load in this window (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
 
 
 def stale(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> bool:

@@ -22,6 +22,9 @@ class Recommendation:
     """Replicas that would still leave the tolerance band of headroom (ceil of need / (1 - tolerance))."""
     need: float = 0.0
     """The continuous need itself, for the trend over the window."""
+    load: float | None = None
+    """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
+    (Tuning.itl_backoff_rise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,9 @@ class PoolMemory:
     """Replicas the pool is not scaled below (Tuning.learn_floor): one more than a size it was caught short at
     right after our scale-down to it..."""
     floor_at: float | None = None
-    """...learned then (it lapses after Tuning.burst_memory_s)."""
+    """...learned then (it lapses after Tuning.burst_memory_s)..."""
+    floor_load: float | None = None
+    """...at this load (Tuning.learn_floor_load_share)."""
     load: float | None = None
     """The pool's load at the last evaluation (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
 
@@ -103,9 +108,32 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
     return sample if previous is None else previous + smoothing * (sample - previous)
 
 
-def recommendation(now: float, need: float, tuning: Tuning) -> Recommendation:
-    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need)
+def recommendation(now: float, need: float, tuning: Tuning, load: float | None = None) -> Recommendation:
+    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need, load)
 
 
 def ceil_replicas(value: float) -> int:
     return math.ceil(value - 1e-9)
+
+
+def rising(history: tuple[Recommendation, ...], now: float, window: float, tuning: Tuning) -> float | None:
+    """The slope of the need over the window (replicas/s) when it is significantly positive, else None.
+
+    A pool whose need has been climbing will need its replicas back: shrinking it now is the first half of a
+    reversal (the morning of a diurnal load). Least squares over the window; it counts when it is significant
+    (t >= rise_t) and material (at least rise_min replicas over the window)."""
+    points = [(r.at - now, r.need) for r in history if r.at > now - window]
+    n = len(points)
+    if n < 4:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
+    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points) / (n - 2)
+    error = math.sqrt(residual / sxx)
+    if slope * window < tuning.rise_min or slope < tuning.rise_t * error:
+        return None
+    return slope
