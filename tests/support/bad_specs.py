@@ -790,7 +790,7 @@ CASES: list[BadSpec] = [
         {**VLLM_ROUTER, "transfer": {"connector": "nixl-push"}},
         "spec.frontend.router.implementation",
         "vllm-router 0.1.17 cannot drive NIXL push",
-        "remove implementation (the operator's frontend, disagg-frontend, drives this flow)",
+        "remove implementation (the operator's frontend, disagg-frontend, drives this flow), or change spec.transfer",
         ok={"transfer": {"connector": "nixl-push"}},
         cel="spec.frontend.router.implementation",
         cel_message="vllm-router 0.1.17 cannot drive NIXL push, bidirectional multi-turn",

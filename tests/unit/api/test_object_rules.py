@@ -76,3 +76,36 @@ def test_maxsurge_0_behind_the_serving_gate_is_fine_with_room_or_without_the_gat
     prefill = find(render_deployment(result.deployment, "ns"), "Deployment", "m-prefill")
     assert prefill["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert bool(prefill["spec"]["template"]["spec"].get("readinessGates")) == (not serving)
+
+
+EQUAL = "make request and limit equal"
+
+
+@pytest.mark.parametrize(
+    ("resource", "requests", "limits", "path", "message", "fix"),
+    [
+        ("example.com/nic", 1, None, "limits", "example.com/nic cannot be overcommitted, so a request needs a limit",
+         "set limits.example.com/nic equal to the request"),
+        ("example.com/nic", 1, 2, "requests", "example.com/nic cannot be overcommitted", EQUAL),
+        ("example.com/nic", 2, 1, "requests", "example.com/nic cannot be overcommitted", EQUAL),
+        ("hugepages-2Mi", "2Mi", "4Mi", "requests", "hugepages-2Mi cannot be overcommitted", EQUAL),
+        ("memory", "2Gi", "1Gi", "requests", "the request 2Gi is above the limit 1Gi", "lower it or raise the limit"),
+    ],
+)  # fmt: skip
+def test_a_resource_that_cannot_be_overcommitted_needs_its_request_equal_to_its_limit(
+    resource: str, requests: Any, limits: Any, path: str, message: str, fix: str
+) -> None:
+    """Devices and huge pages are never overcommitted: the API server refuses a request without a limit or
+    different from it (above or below); other resources may request less than their limit, never more."""
+    resources: dict[str, Any] = {"requests": {resource: requests, "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+    if resource == "memory":
+        resources = {"requests": {"memory": requests}, "limits": {"memory": limits}}
+    elif limits is not None:
+        resources["limits"][resource] = limits
+    document = case_document(set_at("spec.frontend.router.resources", resources), None)
+    problems = validate_deployment(document).problems
+    assert [(p.path, p.message, p.fix) for p in problems] == [
+        (f"spec.frontend.router.resources.{path}.{resource}", message, fix)
+    ]
+    resources["limits"][resource] = resources["requests"][resource]  # the neighbour: request and limit equal
+    assert validate_deployment(case_document(set_at("spec.frontend.router.resources", resources), None)).ok

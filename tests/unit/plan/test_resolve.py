@@ -100,3 +100,29 @@ def test_a_mooncake_store_gets_its_defaults() -> None:
     view = resolved("  model: {name: m}\n  kvCache: {store: {type: mooncake}}\n")
     assert view.mooncake_store is not None and view.mooncake_store.master_port == 50051
     assert view.lmcache is None
+
+
+CUSTOM_CONNECTOR = "connector: custom, custom: {connectorClass: PluginConnector"
+
+
+@pytest.mark.parametrize(
+    ("transfer", "flow"),
+    [
+        ("{}", "pull"),
+        ("{nixl: {bidirectional: {enabled: true}}}", "bidirectional"),
+        ("{connector: nixl-push}", "push"),
+        ("{connector: moriio}", "moriio-write"),
+        ("{connector: moriio, moriio: {mode: read}}", "moriio-read"),
+        ("{connector: mooncake}", "mooncake"),
+        ("{connector: lmcache}", "pull"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: nixl}}}}", "pull"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: mooncake}}}}", "mooncake"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: moriio}}}}", "moriio-write"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: moriio, extraConfig: {{read_mode: true}}}}}}", "moriio-read"),
+        (f"{{{CUSTOM_CONNECTOR}}}}}", None),
+    ],
+)
+def test_each_transfer_drives_its_flow(transfer: str, flow: str | None) -> None:
+    """The flow the router drives follows from the connector (and a custom connector's protocol) alone; a custom
+    connector that names no protocol has none, so no P/D router is planned for it."""
+    assert resolved(f"  model: {{name: m}}\n  transfer: {transfer}\n").flow == flow
