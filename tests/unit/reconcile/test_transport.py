@@ -397,6 +397,27 @@ async def test_the_kubeconfigs_proxy_carries_the_requests(server: HttpApiServer,
     assert request.absolute_url and request.headers["Host"] == "kube-apiserver.invalid:6443"
 
 
+async def test_proxy_variables_of_the_environment_are_not_used(
+    server: HttpApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server is reached directly unless the kubeconfig names a proxy: HTTP(S)_PROXY in the operator's pod
+    are for its other traffic."""
+    elsewhere = HttpApiServer()
+    await elsewhere.start()
+    for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(variable, elsewhere.url)
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    server.answer("GET", DEPLOYMENT_PATH, reply(200, deployment()))
+    client = await Kube.connect(str(kubeconfig(tmp_path, server.url, token=TOKEN)))
+    try:
+        assert await client.get("Deployment", "team", "m-decode") == deployment()
+    finally:
+        await client.close()
+        await elsewhere.stop()
+    assert (len(server.received), elsewhere.received) == (1, [])
+
+
 async def test_connections_bound_the_requests_in_flight(server: HttpApiServer, tmp_path: Path) -> None:
     in_flight = 0
     most = 0
