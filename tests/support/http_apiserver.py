@@ -18,12 +18,13 @@ import datetime
 import ipaddress
 import json
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -35,7 +36,8 @@ class Received:
     method: str
     path: str
     query: list[tuple[str, str]]
-    headers: dict[str, str]
+    headers: Mapping[str, str]
+    """Looked up regardless of case, as HTTP header names are."""
     body: bytes
     absolute_url: bool
     """The request line carried a whole URL (`GET http://host/path`), as a client sends it to a proxy."""
@@ -126,7 +128,7 @@ class HttpApiServer:
                 method=request.method,
                 path=request.path,
                 query=list(request.query.items()),
-                headers=dict(request.headers),
+                headers=CIMultiDict(request.headers),
                 body=body,
                 absolute_url=request.raw_path.startswith("http"),
             )

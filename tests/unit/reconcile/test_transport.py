@@ -115,6 +115,7 @@ async def test_a_list_sends_its_selector_and_paging_encoded(server: HttpApiServe
     assert items == [{"metadata": {"name": "a"}, "kind": "Deployment", "apiVersion": "apps/v1"}]
     [request] = server.received
     assert request.query == [("labelSelector", selector), ("limit", "50"), ("continue", "page-1")]
+    assert request.body == b""  # a read sends no body
 
 
 async def test_a_missing_object_is_none_and_a_missing_api_is_told_apart(server: HttpApiServer, kube: Kube) -> None:
@@ -178,7 +179,8 @@ async def test_an_unreachable_server_is_a_transient_error(server: HttpApiServer,
     with pytest.raises(KubeError) as raised:
         await kube.get("Deployment", "team", "m-decode")
     assert (raised.value.status, raised.value.reason) == (0, "ConnectionError")
-    assert raised.value.message and raised.value.transient
+    assert f"127.0.0.1:{server.port}" in raised.value.message  # the cause's text: where it could not connect
+    assert raised.value.transient
 
 
 async def test_a_request_the_server_never_answers_times_out_as_a_transient_error(
@@ -237,6 +239,28 @@ async def test_a_refused_watch_raises_the_servers_error(server: HttpApiServer, k
     assert 'cannot "watch"' in raised.value.message
 
 
+async def test_a_watch_refused_as_a_bad_request_is_an_error_not_an_event(server: HttpApiServer, kube: Kube) -> None:
+    message = 'unable to parse requirement: invalid label key "a b"'
+    server.answer("GET", "/api/v1/namespaces/team/pods", fail(400, "BadRequest", message))
+    with pytest.raises(KubeError) as raised:
+        _ = [e async for e in kube.watch("Pod", "team", "a b=c", since="9", timeout_seconds=60)]
+    assert (raised.value.status, raised.value.reason, raised.value.message) == (400, "BadRequest", message)
+    assert not raised.value.transient
+
+
+async def test_a_watch_answered_by_something_else_than_the_api_server_keeps_the_http_reason(
+    server: HttpApiServer, kube: Kube
+) -> None:
+    server.answer("GET", "/api/v1/namespaces/team/pods", text(503, "no healthy upstream"))
+    with pytest.raises(KubeError) as raised:
+        _ = [e async for e in kube.watch("Pod", "team", "a=b", since="9", timeout_seconds=60)]
+    assert (raised.value.status, raised.value.reason, raised.value.message) == (
+        503,
+        "Service Unavailable",
+        "no healthy upstream",
+    )
+
+
 async def test_a_watch_cut_off_mid_event_is_a_transient_error_after_the_whole_events(
     server: HttpApiServer, kube: Kube
 ) -> None:
@@ -249,7 +273,8 @@ async def test_a_watch_cut_off_mid_event_is_a_transient_error_after_the_whole_ev
         async for item in kube.watch("Pod", "team", "a=b", since="9", timeout_seconds=60):
             seen.append(item)
     assert seen == [first]  # the half event is never parsed
-    assert raised.value.status == 0 and raised.value.transient
+    assert (raised.value.status, raised.value.reason) == (0, "ConnectionError") and raised.value.transient
+    assert "payload is not completed" in raised.value.message  # the cause's text, not only its type
 
 
 async def test_a_silent_watch_is_found_dead_by_the_read_timeout(
@@ -267,6 +292,7 @@ async def test_a_silent_watch_is_found_dead_by_the_read_timeout(
         await asyncio.wait_for(read(), 10)
     assert seen == ["ADDED"]
     assert (raised.value.status, raised.value.reason) == (0, "ConnectionError")
+    assert "timeout" in raised.value.message.lower()
 
 
 async def test_a_watch_is_not_cut_by_the_request_timeout(
@@ -416,6 +442,13 @@ async def test_proxy_variables_of_the_environment_are_not_used(
         await client.close()
         await elsewhere.stop()
     assert (len(server.received), elsewhere.received) == (1, [])
+
+
+async def test_a_client_closed_before_any_request_closes_cleanly(server: HttpApiServer, tmp_path: Path) -> None:
+    """A replica that stops before its first request (it lost the election at once, say) still shuts down."""
+    client = await Kube.connect(str(kubeconfig(tmp_path, server.url, token=TOKEN)))
+    await client.close()
+    assert server.received == []
 
 
 async def test_connections_bound_the_requests_in_flight(server: HttpApiServer, tmp_path: Path) -> None:
