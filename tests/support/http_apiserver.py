@@ -112,6 +112,7 @@ class HttpApiServer:
     """Answers scripted per (method, path); a path with no script gets the API server's 404 for a missing object."""
 
     tls: ssl.SSLContext | None = None
+    host: str = "127.0.0.1"
     received: list[Received] = field(default_factory=list)
     answers: dict[tuple[str, str], list[Answer]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
@@ -144,7 +145,7 @@ class HttpApiServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # handlers left stalled are cut
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
+        site = web.TCPSite(self._runner, self.host, 0, ssl_context=self.tls)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -154,7 +155,8 @@ class HttpApiServer:
 
     @property
     def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
 
 @dataclass(frozen=True)
