@@ -99,6 +99,7 @@ async def test_a_completion_that_fails_is_an_outcome_not_an_exception(other: Htt
     other.answer("POST", "/v1/completions", text(503, "no engine"))
     outcome = await prober.complete("127.0.0.1", other.port, "m", 5.0)
     assert not outcome.ok
+    assert (outcome.prefill, outcome.decode, outcome.revision) == ("", "", "")  # an endpoint check names no pair
     assert outcome.error == f"POST http://127.0.0.1:{other.port}/v1/completions answered 503: no engine"
     body = other.received[0].json()
     assert (body["model"], body["max_tokens"], body["temperature"]) == ("m", 2, 0)
@@ -197,3 +198,7 @@ async def test_an_ipv6_pod_address_is_bracketed(prober: HttpProber) -> None:
     finally:
         await server.stop()
     assert len(server.received) == 1
+
+
+async def test_a_prober_closed_unused_closes_cleanly() -> None:
+    await HttpProber().close()
