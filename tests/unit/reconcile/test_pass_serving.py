@@ -413,6 +413,15 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
     assert h.condition("Degraded")["reason"] == "RolledBack"
     assert "RollingBack" in reasons(h)
+    # Rolled back, the Deployments run the old revision: the hold keeps it from their own templates, whatever the
+    # watch cache holds of ReplicaSets (none here, as when it has not caught up with them).
+    for role in ("prefill", "decode"):
+        h.server.remove("ReplicaSet", NAMESPACE, f"m-{role}-h1")
+    clock.now += 10
+    await h.reconcile()
+    decode = h.server.get("Deployment", NAMESPACE, "m-decode")
+    assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
+    assert h.condition("Degraded")["reason"] == "RolledBack", h.condition("Degraded")
     # A new spec is a new rollout: the spec's template is applied again.
     h.edit_spec(lambda spec: spec["decode"].update(replicas=2))
     await h.reconcile()
@@ -520,3 +529,34 @@ async def test_a_replica_that_lost_the_lease_sets_no_gate_and_drains_nothing() -
     with pytest.raises(NotLeader):
         await h.reconcile()
     assert frontend.drains == []
+
+
+async def test_with_more_pairs_than_a_round_probes_the_check_still_waits_its_interval() -> None:
+    """maxPairs 1 over four pairs: each round probes one. An engine probed in an earlier round is not new, so a
+    pass before the interval is up probes nothing (an engine never probed would be probed at once)."""
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}")
+    document = document.replace("decode: {replicas: 1}", "decode: {replicas: 2}")
+    document = document.replace("failureThreshold: 2}", "failureThreshold: 2, maxPairs: 1}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    for name, role in (("m-prefill-a", "prefill"), ("m-prefill-b", "prefill")):
+        create_pod(h.server, "m", name, role, gated=True)
+    for name, role in (("m-decode-a", "decode"), ("m-decode-b", "decode")):
+        create_pod(h.server, "m", name, role, gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    for _ in range(8):  # every engine admitted and every pair probed at least once
+        await h.reconcile()
+        kubelet(h.server)
+        clock.now += 10
+    probed = {name for round_ in frontend.probed for pair in round_ for name in pair}
+    assert probed == {"m-prefill-a", "m-prefill-b", "m-decode-a", "m-decode-b"}
+    assert all(len(round_) == 1 for round_ in frontend.probed)
+    await h.reconcile()  # a round is due: it probes one pair
+    rounds = len(frontend.probed)
+    clock.now += 2
+    await h.reconcile()
+    assert len(frontend.probed) == rounds  # not due, nothing new: no round
+    clock.now += 10
+    await h.reconcile()
+    assert len(frontend.probed) == rounds + 1
