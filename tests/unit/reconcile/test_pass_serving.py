@@ -411,7 +411,13 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     labels = decode["spec"]["template"]["metadata"]["labels"]
     assert labels["disagg.dev/pairing-revision"] == "old" and "pod-template-hash" not in labels
     assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
-    assert h.condition("Degraded")["reason"] == "RolledBack"
+    degraded = h.condition("Degraded")
+    assert degraded["reason"] == "RolledBack"
+    # It says why the pools run old templates, which setting did it, and what ends it.
+    assert degraded["message"] == (
+        "the rollout of the spec's pairing revision was stuck and is rolled back to revision old "
+        "(spec.serving.rollout.onStuck: Rollback); the pools run the previous pod templates until the spec changes"
+    )
     assert "RollingBack" in reasons(h)
     # Rolled back, the Deployments run the old revision: the hold keeps it from their own templates, whatever the
     # watch cache holds of ReplicaSets (none here, as when it has not caught up with them).
