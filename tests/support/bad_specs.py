@@ -834,6 +834,14 @@ CASES: list[BadSpec] = [
         ok={"frontend": {"router": {"implementation": "vllm-router", "decodePolicy": "power_of_two"}}},
     ),
     BadSpec(
+        "frontend-prefill-policy-of-vllm-router",
+        {"frontend": {"router": {"prefillPolicy": "cache_aware"}}},
+        "spec.frontend.router.prefillPolicy",
+        "disagg-frontend has no policy cache_aware",
+        "use one of round_robin, least_loaded, consistent_hash, or set implementation: vllm-router",
+        ok={"frontend": {"router": {"prefillPolicy": "least_loaded"}}},
+    ),
+    BadSpec(
         "frontend-admin-port-is-the-api-port",
         {"frontend": {"router": {"port": 8100, "adminPort": 8100}}},
         "spec.frontend.router.adminPort",
