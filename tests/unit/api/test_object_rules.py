@@ -109,3 +109,31 @@ def test_a_resource_that_cannot_be_overcommitted_needs_its_request_equal_to_its_
     ]
     resources["limits"][resource] = resources["requests"][resource]  # the neighbour: request and limit equal
     assert validate_deployment(case_document(set_at("spec.frontend.router.resources", resources), None)).ok
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "fix"),
+    [
+        (
+            "custom engine extra port on its main port",
+            "port 5557 is also spec.decode.customContainer.port of the container",
+            "choose a port of its own",
+        ),
+        (
+            "hugepages not a multiple of the page size",
+            "3Mi is not a positive whole number of 2Mi pages",
+            "use a multiple of 2Mi",
+        ),
+        (
+            "PegaFlow huge-page pool not a multiple of the page size",
+            "3Mi is not a positive whole number of 2Mi pages",
+            "use a multiple of 2Mi",
+        ),
+    ],
+)
+def test_the_message_names_what_collides_or_the_page_size(name: str, message: str, fix: str) -> None:
+    """A port that is already taken says by which field and of what (the same container, another pod's, a node's); a
+    huge-page amount says the page size it must be a multiple of, as the user writes sizes (2Mi, not hugepages-2Mi)."""
+    change, path, base = CASES[name]
+    [problem] = [p for p in validate_deployment(case_document(change, base)).problems if p.path == path]
+    assert (problem.message, problem.fix) == (message, fix)
