@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE
 from tests.support.rendering import find, pod_templates
 from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
 from tests.unit.render.test_wiring_facts import objects_of, variant
@@ -114,3 +115,57 @@ def test_affinity_reaches_the_pod_with_kubernetes_field_names() -> None:
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     pod = prefill_pod(variant(f"  prefill:\n    scheduling: {{affinity: {json.dumps(affinity)}}}\n"))
     assert pod["affinity"] == affinity
+
+
+def test_the_render_tier_s_deployment_and_service_select_its_pods_only() -> None:
+    objects = variant("  frontend: {render: {enabled: true}}\n")
+    render = find(objects, "Deployment", "v-render")
+    selector = {LABEL_DEPLOYMENT: "v", LABEL_ROLE: "render"}
+    assert render["spec"]["selector"]["matchLabels"] == selector
+    assert selector.items() <= render["spec"]["template"]["metadata"]["labels"].items()
+    assert find(objects, "Service", "v-render")["spec"]["selector"] == selector
+    for other in ("v-prefill", "v-decode", "v-router"):  # no other pod carries the render role
+        labels = find(objects, "Deployment", other)["spec"]["template"]["metadata"]["labels"]
+        assert labels[LABEL_ROLE] != "render"
+
+
+def test_host_network_pods_still_resolve_cluster_names() -> None:
+    """On the host's network a pod gets the node's resolver unless dnsPolicy says otherwise; engines and the router
+    must still resolve Services (the model store, the router's discovery)."""
+    objects = variant("  transfer: {network: {hostNetwork: true}}\n")
+    for name in ("v-prefill", "v-decode"):
+        pod = (
+            prefill_pod(objects) if name == "v-prefill" else pod_templates(find(objects, "Deployment", name))[0]["spec"]
+        )
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet", name
+    router = pod_templates(find(objects, "Deployment", "v-router"))[0]["spec"]
+    assert router.get("dnsPolicy", "ClusterFirst") == "ClusterFirst" and not router.get("hostNetwork")
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == flag:
+            return args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def test_every_parallelism_of_a_pool_reaches_its_engine_together() -> None:
+    objects = variant("  decode: {tensorParallel: 2, pipelineParallel: 2, decodeContextParallel: 2}\n")
+    container = pod_templates(find(objects, "Deployment", "v-decode"))[0]["spec"]["containers"][0]
+    args = [*container.get("command", []), *container.get("args", [])]
+    assert _flag(args, "--tensor-parallel-size") == "2"
+    assert _flag(args, "--pipeline-parallel-size") == "2"
+    assert _flag(args, "--decode-context-parallel-size") == "2"
+
+
+def test_an_engine_that_stops_answering_is_unready_within_10_s_and_restarted_after_30_s() -> None:
+    """docs/rendering.md: readiness drops after two failed checks 5 s apart; liveness restarts the container after
+    three failed checks 10 s apart, once the startup probe has passed."""
+    pod = prefill_pod(variant(""))
+    engine = pod["containers"][0]
+    readiness, liveness = engine["readinessProbe"], engine["livenessProbe"]
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] == 10
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] == 30
+    assert engine["startupProbe"]["httpGet"] == liveness["httpGet"] == readiness["httpGet"]
