@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE
-from tests.support.rendering import find, pod_templates
+from disagg.render import render_deployment
+from tests.support.rendering import deployment_from_yaml, find, pod_templates
 from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
 from tests.unit.render.test_wiring_facts import objects_of, variant
 
@@ -169,3 +170,37 @@ def test_an_engine_that_stops_answering_is_unready_within_10_s_and_restarted_aft
     assert readiness["periodSeconds"] * readiness["failureThreshold"] == 10
     assert liveness["periodSeconds"] * liveness["failureThreshold"] == 30
     assert engine["startupProbe"]["httpGet"] == liveness["httpGet"] == readiness["httpGet"]
+
+
+@pytest.mark.parametrize(
+    ("custom", "protocol"),
+    [
+        ("routerProtocol: nixl", "nixl"),
+        ("routerProtocol: mooncake", "mooncake"),
+        ("routerProtocol: moriio, extraConfig: {read_mode: true}", "moriio"),
+    ],
+)
+def test_vllm_router_speaks_the_protocol_a_custom_connector_names(custom: str, protocol: str) -> None:
+    objects = variant(
+        "  frontend: {router: {implementation: vllm-router}}\n"
+        f"  transfer: {{connector: custom, custom: {{connectorClass: X, {custom}}}}}\n"
+    )
+    container = pod_templates(find(objects, "Deployment", "v-router"))[0]["spec"]["containers"][0]
+    assert _flag(container["args"], "--kv-connector") == protocol
+
+
+def test_the_render_tier_trusts_remote_code_exactly_when_the_model_does() -> None:
+    for trust in (True, False):
+        text = "apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {name: v}\nspec:\n"
+        text += f"  model: {{name: org/model, trustRemoteCode: {str(trust).lower()}}}\n"
+        text += "  frontend: {render: {enabled: true}}\n"
+        objects = render_deployment(deployment_from_yaml(text), "ns")
+        container = pod_templates(find(objects, "Deployment", "v-render"))[0]["spec"]["containers"][0]
+        assert ("--trust-remote-code" in container.get("args", [])) is trust
+
+
+@pytest.mark.parametrize("body", ["", "  frontend: {router: {implementation: vllm-router}}\n"])
+def test_the_endpoint_service_is_labelled_with_the_role_it_sends_to(body: str) -> None:
+    service = find(variant(body), "Service", "v")
+    assert service["metadata"]["labels"][LABEL_ROLE] == "router"
+    assert service["spec"]["selector"][LABEL_ROLE] == "router"
