@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE
+from disagg.api.units import parse_quantity
+from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE, LWS_WORKER_INDEX_LABEL
 from disagg.render import render_deployment
 from tests.support.rendering import deployment_from_yaml, find, pod_templates
 from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
@@ -204,3 +205,62 @@ def test_the_endpoint_service_is_labelled_with_the_role_it_sends_to(body: str) -
     service = find(variant(body), "Service", "v")
     assert service["metadata"]["labels"][LABEL_ROLE] == "router"
     assert service["spec"]["selector"][LABEL_ROLE] == "router"
+
+
+def _containers(source: str) -> list[tuple[str, str, dict[str, Any]]]:
+    found = []
+    for obj in objects_of(source):
+        for template in pod_templates(obj):
+            role = template["metadata"]["labels"].get(LABEL_ROLE, "")
+            spec = template["spec"]
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                found.append((f"{obj['metadata']['name']}/{container['name']}", role, container))
+    return found
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_resource_amount_is_a_quantity_within_its_limit_and_helpers_stay_small(source: str) -> None:
+    """What the API server would refuse (an amount that is not a quantity, a request above its limit) and what no
+    node could schedule: the components beside the engines (router, render tier, KV store and per-node daemons)
+    request at most 2 cores each (their memory is the store's size where they hold KV)."""
+    for name, role, container in _containers(source):
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        amounts = {resource: parse_quantity(amount) for resource, amount in {**requests, **limits}.items()}
+        for resource, amount in requests.items():
+            if resource in limits:
+                assert parse_quantity(amount) <= parse_quantity(limits[resource]), (name, resource)
+        if role not in ("prefill", "decode"):
+            assert parse_quantity(requests.get("cpu", "0")) <= 2, (name, requests)
+        assert all(amount >= 0 for amount in amounts.values()), name
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_service_selects_the_pods_of_a_workload_it_renders(source: str) -> None:
+    objects = objects_of(source)
+    pod_labels = [template["metadata"]["labels"] for obj in objects for template in pod_templates(obj)]
+    for service in (obj for obj in objects if obj["kind"] == "Service"):
+        selector = dict(service["spec"].get("selector") or {})
+        assert selector, service["metadata"]["name"]
+        # The LeaderWorkerSet controller labels each pod with its worker index (0: the leader, whose template is
+        # the leader template); the templates do not carry it.
+        selector.pop(LWS_WORKER_INDEX_LABEL, None)
+        assert any(selector.items() <= labels.items() for labels in pod_labels), service["metadata"]["name"]
+
+
+def test_the_pegaflow_server_advertises_its_node_s_address() -> None:
+    objects = objects_of("17-pegaflow-pd")
+    server = next(
+        container
+        for obj in objects
+        if obj["kind"] == "DaemonSet"
+        for template in pod_templates(obj)
+        for container in template["spec"]["containers"]
+        if any(e["name"] == "PEGAFLOW_HOST_IP" for e in container.get("env", []))
+    )
+    env = server["env"]
+    names = [e["name"] for e in env]
+    host = env[names.index("HOST_IP")]
+    assert host["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env[names.index("PEGAFLOW_HOST_IP")]["value"] == "$(HOST_IP)"
+    assert names.index("HOST_IP") < names.index("PEGAFLOW_HOST_IP")  # $(VAR) expands only variables set before it
