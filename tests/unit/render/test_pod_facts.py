@@ -264,3 +264,23 @@ def test_the_pegaflow_server_advertises_its_node_s_address() -> None:
     assert host["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
     assert env[names.index("PEGAFLOW_HOST_IP")]["value"] == "$(HOST_IP)"
     assert names.index("HOST_IP") < names.index("PEGAFLOW_HOST_IP")  # $(VAR) expands only variables set before it
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_container_names_an_image(source: str) -> None:
+    for name, _, container in _containers(source):
+        assert isinstance(container.get("image"), str) and container["image"], name
+
+
+def test_the_lmcache_server_runs_the_engines_image_unless_the_store_names_one() -> None:
+    """LMCache's server ships in the engine image (example 08); a store block may name another."""
+    shared = objects_of("08-lmcache-shared-server")
+    [server] = [c for name, role, c in _containers("08-lmcache-shared-server") if role == "kv-store"]
+    assert server["image"] == "lmcache/vllm-openai:v0.5.6"
+    engine = pod_templates(find(shared, "Deployment", "llama-lmcache-prefill"))[0]["spec"]["containers"][0]
+    assert engine["image"] == server["image"]
+    own = variant("  kvCache: {store: {type: lmcache, lmcache: {serverImage: 'lmcache/server:1'}}}\n")
+    [store] = [
+        c for obj in own for t in pod_templates(obj) for c in t["spec"]["containers"] if c["name"] == "lmcache-server"
+    ]
+    assert store["image"] == "lmcache/server:1"
