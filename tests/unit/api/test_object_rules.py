@@ -137,3 +137,12 @@ def test_the_message_names_what_collides_or_the_page_size(name: str, message: st
     change, path, base = CASES[name]
     [problem] = [p for p in validate_deployment(case_document(change, base)).problems if p.path == path]
     assert (problem.message, problem.fix) == (message, fix)
+
+
+def test_a_gpu_resource_name_must_be_an_extended_resource() -> None:
+    document = case_document(set_at("spec.prefill.resources.gpuResourceName", "memory"), None)
+    [problem] = validate_deployment(document).problems
+    assert (problem.path, problem.message) == (
+        "spec.prefill.resources.gpuResourceName",
+        "the resource name must be an extended resource such as nvidia.com/gpu, not a standard one",
+    )

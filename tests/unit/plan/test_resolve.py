@@ -126,3 +126,9 @@ def test_each_transfer_drives_its_flow(transfer: str, flow: str | None) -> None:
     """The flow the router drives follows from the connector (and a custom connector's protocol) alone; a custom
     connector that names no protocol has none, so no P/D router is planned for it."""
     assert resolved(f"  model: {{name: m}}\n  transfer: {transfer}\n").flow == flow
+
+
+def test_a_pool_is_found_by_its_role() -> None:
+    view = resolved("  model: {name: m}\n  prefill: {replicas: 3}\n  decode: {replicas: 2}\n")
+    assert view.pool("prefill") is view.prefill and view.pool("prefill").spec.replicas == 3
+    assert view.pool("decode") is view.decode and view.pool("decode").spec.replicas == 2
