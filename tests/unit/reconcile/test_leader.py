@@ -95,6 +95,7 @@ async def test_releasing_hands_the_lease_over_at_the_next_try_and_the_handover_i
     assert await b.acquire(asyncio.Event())
     messages = [e["message"] for e in server.objects("Event", NAMESPACE) if e["reason"] == "LeaderElection"]
     assert messages == ["a became leader", "b became leader"]  # a released it: nobody held it when b took it
+    assert {e["type"] for e in server.objects("Event", NAMESPACE)} == {"Normal"}
     assert all(e["involvedObject"]["kind"] == "Lease" for e in server.objects("Event", NAMESPACE))
 
 
@@ -240,3 +241,18 @@ async def test_a_leader_that_finds_the_lease_taken_logs_who_holds_it_now(caplog:
             await a.hold(asyncio.Event())
     assert not a.leading
     assert "a lost the lease ops/disagg-operator (now held by b); it stops reconciling" in caplog.messages
+
+
+async def test_losing_the_race_to_create_the_lease_is_quiet_other_failures_are_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, _ = electors(server, clock)
+    with caplog.at_level(logging.WARNING, logger="disagg.leader"):
+        server.fail(409, 'leases.coordination.k8s.io "disagg-operator" already exists', method="POST", kind="Lease")
+        assert not await a._try()  # another replica created it first: it will be read next time
+        assert caplog.messages == []
+        server.fail(500, "etcdserver: request timed out", method="POST", kind="Lease")
+        assert not await a._try()
+    [message] = caplog.messages
+    assert message.startswith("creating lease ops/disagg-operator: 500") and "etcdserver: request timed out" in message
