@@ -9,6 +9,7 @@ import pytest
 
 from disagg.names import SERVING_GATE
 from disagg.reconcile.kube import NotLeader
+from disagg.reconcile.metrics import REGISTRY
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document
 from tests.support.serving import checked_harness, controlled, create_pod, kubelet, make_pod, restart
 
@@ -183,6 +184,7 @@ async def test_a_restarted_prefill_whose_pairs_keep_failing_is_recreated_while_a
 
 async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     h, frontend, clock = await _serving()
+    assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == 1
     frontend.reachable = False
     clock.now += 10
     await h.reconcile()
@@ -190,6 +192,8 @@ async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     assert (serving["status"], serving["reason"]) == ("Unknown", "CheckFailed")
     assert "did not answer the check" in serving["message"]
     assert h.condition("Ready")["reason"] == "NotServing"
+    # disagg_serving: 1 True, 0 False, -1 Unknown
+    assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == -1
 
 
 async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
