@@ -570,3 +570,16 @@ async def test_with_more_pairs_than_a_round_probes_the_check_still_waits_its_int
     clock.now += 10
     await h.reconcile()
     assert len(frontend.probed) == rounds + 1
+
+
+async def test_a_recreation_the_api_server_refuses_is_a_warning_and_nothing_is_deleted() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT"
+    h.server.fail(403, 'pods "m-decode-a" is forbidden: cannot delete', method="DELETE", kind="Pod", times=None)
+    for step in (10, 2):
+        clock.now += step
+        await h.reconcile()
+    assert {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)} >= {"m-prefill-a", "m-decode-a"}
+    [warning] = [e for e in h.events() if e["reason"] == "RemediationFailed"]
+    assert warning["type"] == "Warning"
+    assert warning["message"].startswith("deleting pod m-") and "403" in warning["message"]
