@@ -790,7 +790,7 @@ CASES: list[BadSpec] = [
         {**VLLM_ROUTER, "transfer": {"connector": "nixl-push"}},
         "spec.frontend.router.implementation",
         "vllm-router 0.1.17 cannot drive NIXL push",
-        "remove implementation (the operator's frontend, disagg-frontend, drives this flow)",
+        "remove implementation (the operator's frontend, disagg-frontend, drives this flow), or change spec.transfer",
         ok={"transfer": {"connector": "nixl-push"}},
         cel="spec.frontend.router.implementation",
         cel_message="vllm-router 0.1.17 cannot drive NIXL push, bidirectional multi-turn",
@@ -832,6 +832,14 @@ CASES: list[BadSpec] = [
         "disagg-frontend has no policy power_of_two",
         "use one of round_robin, least_loaded, consistent_hash, or set implementation: vllm-router",
         ok={"frontend": {"router": {"implementation": "vllm-router", "decodePolicy": "power_of_two"}}},
+    ),
+    BadSpec(
+        "frontend-prefill-policy-of-vllm-router",
+        {"frontend": {"router": {"prefillPolicy": "cache_aware"}}},
+        "spec.frontend.router.prefillPolicy",
+        "disagg-frontend has no policy cache_aware",
+        "use one of round_robin, least_loaded, consistent_hash, or set implementation: vllm-router",
+        ok={"frontend": {"router": {"prefillPolicy": "least_loaded"}}},
     ),
     BadSpec(
         "frontend-admin-port-is-the-api-port",

@@ -110,6 +110,7 @@ class Sample(BaseModel):
     animal: Annotated[Cat | Dog, Field(discriminator="pet")] = Cat(pet="cat")
     either: int | str = 1
     checked: int = 0
+    even: Annotated[int, Field(multiple_of=2)] = 0
 
     @field_validator("checked")
     @classmethod
@@ -133,6 +134,8 @@ SAMPLE = [
      "tags: 'cat', 'dog'", "correct the value as described"),
     ({"animal": {}}, "animal", "Unable to extract tag using discriminator 'pet'", "correct the value as described"),
     ({"either": [1]}, "either", "expected an integer, got [1]", "write a whole number without quotes"),
+    # A kind errors.py has no words for (multiple_of) keeps pydantic's own message.
+    ({"even": 3}, "even", "Input should be a multiple of 2", "correct the value as described"),
 ]  # fmt: skip
 
 

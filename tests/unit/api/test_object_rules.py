@@ -76,3 +76,73 @@ def test_maxsurge_0_behind_the_serving_gate_is_fine_with_room_or_without_the_gat
     prefill = find(render_deployment(result.deployment, "ns"), "Deployment", "m-prefill")
     assert prefill["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert bool(prefill["spec"]["template"]["spec"].get("readinessGates")) == (not serving)
+
+
+EQUAL = "make request and limit equal"
+
+
+@pytest.mark.parametrize(
+    ("resource", "requests", "limits", "path", "message", "fix"),
+    [
+        ("example.com/nic", 1, None, "limits", "example.com/nic cannot be overcommitted, so a request needs a limit",
+         "set limits.example.com/nic equal to the request"),
+        ("example.com/nic", 1, 2, "requests", "example.com/nic cannot be overcommitted", EQUAL),
+        ("example.com/nic", 2, 1, "requests", "example.com/nic cannot be overcommitted", EQUAL),
+        ("hugepages-2Mi", "2Mi", "4Mi", "requests", "hugepages-2Mi cannot be overcommitted", EQUAL),
+        ("memory", "2Gi", "1Gi", "requests", "the request 2Gi is above the limit 1Gi", "lower it or raise the limit"),
+    ],
+)  # fmt: skip
+def test_a_resource_that_cannot_be_overcommitted_needs_its_request_equal_to_its_limit(
+    resource: str, requests: Any, limits: Any, path: str, message: str, fix: str
+) -> None:
+    """Devices and huge pages are never overcommitted: the API server refuses a request without a limit or
+    different from it (above or below); other resources may request less than their limit, never more."""
+    resources: dict[str, Any] = {"requests": {resource: requests, "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+    if resource == "memory":
+        resources = {"requests": {"memory": requests}, "limits": {"memory": limits}}
+    elif limits is not None:
+        resources["limits"][resource] = limits
+    document = case_document(set_at("spec.frontend.router.resources", resources), None)
+    problems = validate_deployment(document).problems
+    assert [(p.path, p.message, p.fix) for p in problems] == [
+        (f"spec.frontend.router.resources.{path}.{resource}", message, fix)
+    ]
+    resources["limits"][resource] = resources["requests"][resource]  # the neighbour: request and limit equal
+    assert validate_deployment(case_document(set_at("spec.frontend.router.resources", resources), None)).ok
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "fix"),
+    [
+        (
+            "custom engine extra port on its main port",
+            "port 5557 is also spec.decode.customContainer.port of the container",
+            "choose a port of its own",
+        ),
+        (
+            "hugepages not a multiple of the page size",
+            "3Mi is not a positive whole number of 2Mi pages",
+            "use a multiple of 2Mi",
+        ),
+        (
+            "PegaFlow huge-page pool not a multiple of the page size",
+            "3Mi is not a positive whole number of 2Mi pages",
+            "use a multiple of 2Mi",
+        ),
+    ],
+)
+def test_the_message_names_what_collides_or_the_page_size(name: str, message: str, fix: str) -> None:
+    """A port that is already taken says by which field and of what (the same container, another pod's, a node's); a
+    huge-page amount says the page size it must be a multiple of, as the user writes sizes (2Mi, not hugepages-2Mi)."""
+    change, path, base = CASES[name]
+    [problem] = [p for p in validate_deployment(case_document(change, base)).problems if p.path == path]
+    assert (problem.message, problem.fix) == (message, fix)
+
+
+def test_a_gpu_resource_name_must_be_an_extended_resource() -> None:
+    document = case_document(set_at("spec.prefill.resources.gpuResourceName", "memory"), None)
+    [problem] = validate_deployment(document).problems
+    assert (problem.path, problem.message) == (
+        "spec.prefill.resources.gpuResourceName",
+        "the resource name must be an extended resource such as nvidia.com/gpu, not a standard one",
+    )

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from disagg.api.errors import Problem
 from disagg.api.validate import validate_deployment
+from tests.support.bad_specs import with_spec
 
 
 def spec_with(expression: dict[str, Any]) -> dict[str, Any]:
@@ -53,3 +55,24 @@ def test_an_operator_with_the_wrong_values_is_refused_with_the_fix(
     problem = result.problems[0]
     assert problem.path.startswith("spec.prefill.scheduling.affinity.nodeAffinity"), problem
     assert message in problem.message and problem.fix.startswith(fix), problem
+
+
+def test_two_spread_constraints_on_one_key_and_policy_are_refused_with_the_fix() -> None:
+    spread = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    document = with_spec({"decode": {"scheduling": {"topologySpreadConstraints": [spread, {**spread, "maxSkew": 2}]}}})
+    assert validate_deployment(document).problems == [
+        Problem(
+            "spec.decode.scheduling.topologySpreadConstraints",
+            "two constraints spread over zone with whenUnsatisfiable DoNotSchedule",
+            "keep one constraint per topologyKey and whenUnsatisfiable",
+        )
+    ]
+    different = {**spread, "whenUnsatisfiable": "ScheduleAnyway"}
+    assert validate_deployment(
+        with_spec({"decode": {"scheduling": {"topologySpreadConstraints": [spread, different]}}})
+    ).ok
+
+
+@pytest.mark.parametrize("toleration", [{"operator": "Exists"}, {"key": "", "operator": "Exists"}])
+def test_a_toleration_without_a_key_tolerates_every_taint_and_is_valid(toleration: dict[str, str]) -> None:
+    assert validate_deployment(with_spec({"decode": {"scheduling": {"tolerations": [toleration]}}})).ok

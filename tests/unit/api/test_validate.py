@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from disagg.api.cel import CelRule, with_cel
-from disagg.api.validate import is_disagg_document, known_fields, validate_deployment
+from disagg.api.errors import Problem
+from disagg.api.validate import is_disagg_document, known_fields, validate_deployment, validate_spec
 from disagg.names import API_VERSION
 from tests.support.bad_specs import with_spec
 
@@ -69,3 +70,52 @@ def test_cel_rules_attach_to_the_models_schema_node_in_order() -> None:
             {"rule": "b", "message": "second", "fieldPath": ".b"},
         ]
     }
+
+
+def test_the_operator_validates_a_spec_alone_with_paths_from_spec() -> None:
+    """What the reconciler receives is the spec, not the document: the same problems, at the same paths."""
+    spec, problems = validate_spec({"model": {"name": "m"}, "prefill": {"replicas": 3}})
+    assert problems == [] and spec is not None and spec.prefill.replicas == 3
+    assert validate_spec(["not", "a", "mapping"]) == (
+        None,
+        [Problem("spec", "expected a mapping", "write the spec as a YAML object")],
+    )
+    assert (
+        validate_spec({"model": {"name": "m", "bogus": 1}})[1]
+        == validate_deployment(with_spec({"model": {"name": "m", "bogus": 1}})).problems
+    )
+    rejected, [problem] = validate_spec({"model": {"name": "m"}, "frontend": {"router": {"prefillPolicy": "p2c"}}})
+    assert rejected is None and problem.path == "spec.frontend.router.prefillPolicy"
+    assert validate_spec({"model": {"name": "m\ud800"}})[1] == [
+        Problem("spec.model.name", "contains a lone UTF-16 surrogate", "remove it")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "path", "message", "fix"),
+    [
+        (
+            [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "a/b"}}}],
+            "spec.engine.env[0].valueFrom.secretKeyRef.key",
+            "key 'a/b' must consist of alphanumeric characters, '-', '_' or '.'",
+            "name the key as it appears in the Secret or ConfigMap",
+        ),
+        (
+            [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": ".."}}}],
+            "spec.engine.env[0].valueFrom.configMapKeyRef.key",
+            "key '..' must not be '..'",
+            "name the key as it appears in the Secret or ConfigMap",
+        ),
+        (
+            [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
+            "spec.engine.env",
+            "A is listed twice (containers key env by name, so the API server refuses the object)",
+            "keep one entry per name",
+        ),
+    ],
+    ids=["secret key", "config map key", "env name twice"],
+)
+def test_env_entries_the_api_server_would_refuse_name_the_field_and_the_fix(
+    env: list[dict[str, Any]], path: str, message: str, fix: str
+) -> None:
+    assert validate_deployment(with_spec({"engine": {"env": env}})).problems == [Problem(path, message, fix)]

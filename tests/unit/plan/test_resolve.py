@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from disagg.api.resolve import LmcacheServer, ReplicaLayout, replica_layout, resolve_deployment
+from disagg.api.resolve import LmcacheServer, ReplicaLayout, pinned_host_bytes, replica_layout, resolve_deployment
 from disagg.names import LWS_WORKER_INDEX_LABEL
 from tests.support.rendering import deployment_from_yaml
 
@@ -100,3 +100,46 @@ def test_a_mooncake_store_gets_its_defaults() -> None:
     view = resolved("  model: {name: m}\n  kvCache: {store: {type: mooncake}}\n")
     assert view.mooncake_store is not None and view.mooncake_store.master_port == 50051
     assert view.lmcache is None
+
+
+CUSTOM_CONNECTOR = "connector: custom, custom: {connectorClass: PluginConnector"
+
+
+@pytest.mark.parametrize(
+    ("transfer", "flow"),
+    [
+        ("{}", "pull"),
+        ("{nixl: {bidirectional: {enabled: true}}}", "bidirectional"),
+        ("{connector: nixl-push}", "push"),
+        ("{connector: moriio}", "moriio-write"),
+        ("{connector: moriio, moriio: {mode: read}}", "moriio-read"),
+        ("{connector: mooncake}", "mooncake"),
+        ("{connector: lmcache}", "pull"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: nixl}}}}", "pull"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: mooncake}}}}", "mooncake"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: moriio}}}}", "moriio-write"),
+        (f"{{{CUSTOM_CONNECTOR}, routerProtocol: moriio, extraConfig: {{read_mode: true}}}}}}", "moriio-read"),
+        (f"{{{CUSTOM_CONNECTOR}}}}}", None),
+    ],
+)
+def test_each_transfer_drives_its_flow(transfer: str, flow: str | None) -> None:
+    """The flow the router drives follows from the connector (and a custom connector's protocol) alone; a custom
+    connector that names no protocol has none, so no P/D router is planned for it."""
+    assert resolved(f"  model: {{name: m}}\n  transfer: {transfer}\n").flow == flow
+
+
+def test_a_pool_is_found_by_its_role() -> None:
+    view = resolved("  model: {name: m}\n  prefill: {replicas: 3}\n  decode: {replicas: 2}\n")
+    assert view.pool("prefill") is view.prefill and view.pool("prefill").spec.replicas == 3
+    assert view.pool("decode") is view.decode and view.pool("decode").spec.replicas == 2
+
+
+def test_an_engine_pins_host_memory_for_each_kv_tier_its_pool_uses() -> None:
+    """The CPU tier's size, plus the Mooncake store's segment and local buffer for the pools in the store."""
+    text = "apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {name: t}\nspec:\n  model: {name: m}\n"
+    text += "  kvCache:\n    cpu: {size: 8Gi, pools: [prefill, decode]}\n"
+    text += "    store: {type: mooncake, pools: [decode], mooncake: {globalSegmentSize: 16Gi, localBufferSize: 2Gi}}\n"
+    spec = deployment_from_yaml(text).spec
+    gib = 2**30
+    assert pinned_host_bytes(spec, "prefill") == 8 * gib
+    assert pinned_host_bytes(spec, "decode") == (8 + 16 + 2) * gib

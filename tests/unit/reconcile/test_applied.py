@@ -99,3 +99,13 @@ def test_dropping_a_child_or_an_owner_forgets_it() -> None:
     memo.record(OWNER, "Service", "dd", sent, workload())
     memo.clear()
     assert not memo.unchanged(OWNER, "Service", "dd", sent, workload())
+
+
+def test_a_child_is_due_again_at_its_reapply_time_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("disagg.reconcile.applied.random.uniform", lambda low, high: 1.0)  # no spread
+    memo, clock, sent = memo_with("Deployment", workload())
+    start = clock.now
+    clock.now = start + 299.5
+    assert memo.unchanged(OWNER, "Deployment", "dd-decode", sent, workload())
+    clock.now = start + 300.0
+    assert not memo.unchanged(OWNER, "Deployment", "dd-decode", sent, workload())

@@ -112,3 +112,19 @@ def test_event_object_points_at_the_deployment() -> None:
     event = event_object(owner, notices_for([Transition("Ready", "False", "True", "AllReady", "ok")])[0], "t", "pod")
     assert event["involvedObject"]["uid"] == UID and event["type"] == "Normal" and event["reason"] == "Ready"
     assert event["metadata"]["generateName"] == "m."
+
+
+def test_pod_problems_are_listed_by_pod_name_whatever_order_the_cache_gives() -> None:
+    """A status message that changed with the cache's order would be a new status write on every pass."""
+
+    def unschedulable(name: str) -> dict[str, Any]:
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}
+        return {
+            "metadata": {"name": name, "labels": {"disagg.dev/role": "decode"}},
+            "status": {"conditions": [condition]},
+        }
+
+    names = ["m-decode-c", "m-decode-a", "m-decode-b"]
+    expected = {"decode": [f"pod {name} unschedulable: 0/8 nodes" for name in sorted(names)]}
+    assert pod_problems([unschedulable(name) for name in names]) == expected
+    assert pod_problems([unschedulable(name) for name in reversed(names)]) == expected

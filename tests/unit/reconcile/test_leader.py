@@ -4,10 +4,14 @@ over, when a leader must stop writing, and the handover record (decision D122, D
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from disagg.reconcile.kube import Kube, NotLeader
+from disagg.reconcile.kube import Kube, NotLeader, Response
 from disagg.reconcile.leader import LeaderElector, LeaseConfig
 from tests.support.fake_kube import FakeApiServer
 
@@ -91,6 +95,7 @@ async def test_releasing_hands_the_lease_over_at_the_next_try_and_the_handover_i
     assert await b.acquire(asyncio.Event())
     messages = [e["message"] for e in server.objects("Event", NAMESPACE) if e["reason"] == "LeaderElection"]
     assert messages == ["a became leader", "b became leader"]  # a released it: nobody held it when b took it
+    assert {e["type"] for e in server.objects("Event", NAMESPACE)} == {"Normal"}
     assert all(e["involvedObject"]["kind"] == "Lease" for e in server.objects("Event", NAMESPACE))
 
 
@@ -165,3 +170,89 @@ async def test_a_holding_leader_renews_once_per_retry_period_not_in_a_loop() -> 
     # About one every 0.1 s (fewer on a busy machine); a leader that renewed again right after renewing would
     # write hundreds.
     assert 1 <= len(renewals) <= 9
+
+
+class Timed(FakeApiServer):
+    """Also records when (event-loop time) each request arrived."""
+
+    def __init__(self) -> None:
+        super().__init__(namespaces=(NAMESPACE,))
+        self.times: list[tuple[str, float]] = []
+
+    async def request(self, method: str, path: str, query: Any, body: Any, content_type: str) -> Response:
+        self.times.append((method, asyncio.get_running_loop().time()))
+        return await super().request(method, path, query, body, content_type)
+
+
+async def test_a_standby_tries_no_more_often_than_the_retry_period() -> None:
+    """Between tries a standby waits the retry period plus up to 20% jitter, never less (client-go's JitterUntil):
+    N standbys must not read the Lease N times per period in lock-step."""
+    server = Timed()
+    retry = 0.1
+    quick = LeaseConfig(
+        NAMESPACE, "disagg-operator", "a", lease_seconds=4, renew_deadline_seconds=2, retry_seconds=retry
+    )
+    await LeaderElector(Kube(server), quick).acquire(asyncio.Event())  # "a" holds it from now on
+    standby = LeaderElector(Kube(server), replace(quick, identity="b"))
+    server.times.clear()
+    stop = asyncio.Event()
+    task = asyncio.create_task(standby.acquire(stop))
+    await asyncio.sleep(0.75)
+    stop.set()
+    assert not await task
+    reads = [at for method, at in server.times if method == "GET"]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads)]
+    assert len(gaps) >= 2, reads
+    assert min(gaps) >= retry * 0.98, gaps  # the loop's timer may fire a hair early, never a sixth early
+
+
+async def test_a_renewal_that_fails_once_is_retried_within_the_deadline_and_the_leader_keeps_leading() -> None:
+    server = FakeApiServer(namespaces=(NAMESPACE,))
+    quick = LeaseConfig(NAMESPACE, "disagg-operator", "a", lease_seconds=4, renew_deadline_seconds=2, retry_seconds=0.1)
+    a = LeaderElector(Kube(server), quick)  # the real clock: hold sleeps for real
+    assert await a.acquire(asyncio.Event())
+    server.fail(500, "etcdserver: leader changed", method="PUT", kind="Lease", times=1)
+    before = len(server.requests)
+    stop = asyncio.Event()
+    task = asyncio.create_task(a.hold(stop))
+    await asyncio.sleep(0.5)
+    stop.set()
+    async with asyncio.timeout(5):
+        await task
+    puts = [r for r in server.requests[before:] if r.method == "PUT" and "leases" in r.path]
+    assert len(puts) >= 2  # the failed renewal and at least one after it
+    assert a.leading and a.may_write()
+
+
+async def test_a_leader_that_finds_the_lease_taken_logs_who_holds_it_now(caplog: pytest.LogCaptureFixture) -> None:
+    """A leader whose clock stood still (a frozen VM) while the standby's ran a whole lease: its next renewal finds
+    the Lease taken; it stops, and its log names the new holder."""
+    server = FakeApiServer(namespaces=(NAMESPACE,))
+    a_clock, b_clock = Clocks(), Clocks()
+    quick = LeaseConfig(NAMESPACE, "disagg-operator", "a", lease_seconds=4, renew_deadline_seconds=2, retry_seconds=0.1)
+    a = LeaderElector(Kube(server), quick, clock=a_clock)
+    b = LeaderElector(Kube(server), replace(quick, identity="b"), clock=b_clock)
+    assert await a.acquire(asyncio.Event())
+    assert not await b._try()
+    b_clock.now += 5  # only the standby's time passed
+    assert await b._try()
+    with caplog.at_level(logging.WARNING, logger="disagg.leader"):
+        async with asyncio.timeout(5):
+            await a.hold(asyncio.Event())
+    assert not a.leading
+    assert "a lost the lease ops/disagg-operator (now held by b); it stops reconciling" in caplog.messages
+
+
+async def test_losing_the_race_to_create_the_lease_is_quiet_other_failures_are_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, _ = electors(server, clock)
+    with caplog.at_level(logging.WARNING, logger="disagg.leader"):
+        server.fail(409, 'leases.coordination.k8s.io "disagg-operator" already exists', method="POST", kind="Lease")
+        assert not await a._try()  # another replica created it first: it will be read next time
+        assert caplog.messages == []
+        server.fail(500, "etcdserver: request timed out", method="POST", kind="Lease")
+        assert not await a._try()
+    [message] = caplog.messages
+    assert message.startswith("creating lease ops/disagg-operator: 500") and "etcdserver: request timed out" in message

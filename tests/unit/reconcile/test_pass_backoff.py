@@ -11,6 +11,7 @@ import pytest
 
 from disagg.reconcile.autoscale import Autoscaler
 from disagg.reconcile.kube import Response
+from disagg.reconcile.metrics import REGISTRY
 from disagg.reconcile.workqueue import WorkQueue
 from tests.support.fake_kube import FakeApiServer
 from tests.support.reconciling import MINIMAL, NAMESPACE, Harness, deployment_document, harness
@@ -109,7 +110,10 @@ class Crashing(FakeApiServer):
 
 async def test_an_unexpected_exception_backs_off_like_any_failure() -> None:
     h = harness(deployment_document(MINIMAL), Crashing(namespaces=(NAMESPACE,)))
+    before = REGISTRY.get_sample_value("disagg_reconcile_errors_total", {"reason": "unexpected"}) or 0.0
     assert [await one_pass(h) for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+    # Counted apart from the transient errors, so an alert can tell a bug from a flaky API server.
+    assert REGISTRY.get_sample_value("disagg_reconcile_errors_total", {"reason": "unexpected"}) == before + 4
 
 
 async def test_an_autoscaled_deployment_with_an_apply_error_retries_before_its_next_evaluation() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from disagg.names import SERVING_GATE
 from disagg.reconcile.kube import NotLeader
+from disagg.reconcile.metrics import REGISTRY
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document
 from tests.support.serving import checked_harness, controlled, create_pod, kubelet, make_pod, restart
 
@@ -219,6 +220,7 @@ async def test_a_restarted_prefill_whose_pairs_keep_failing_is_recreated_while_a
 
 async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     h, frontend, clock = await _serving()
+    assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == 1
     frontend.reachable = False
     clock.now += 10
     await h.reconcile()
@@ -226,6 +228,8 @@ async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     assert (serving["status"], serving["reason"]) == ("Unknown", "CheckFailed")
     assert "did not answer the check" in serving["message"]
     assert h.condition("Ready")["reason"] == "NotServing"
+    # disagg_serving: 1 True, 0 False, -1 Unknown
+    assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == -1
 
 
 async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
@@ -447,8 +451,23 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     labels = decode["spec"]["template"]["metadata"]["labels"]
     assert labels["disagg.dev/pairing-revision"] == "old" and "pod-template-hash" not in labels
     assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
-    assert h.condition("Degraded")["reason"] == "RolledBack"
+    degraded = h.condition("Degraded")
+    assert degraded["reason"] == "RolledBack"
+    # It says why the pools run old templates, which setting did it, and what ends it.
+    assert degraded["message"] == (
+        "the rollout of the spec's pairing revision was stuck and is rolled back to revision old "
+        "(spec.serving.rollout.onStuck: Rollback); the pools run the previous pod templates until the spec changes"
+    )
     assert "RollingBack" in reasons(h)
+    # Rolled back, the Deployments run the old revision: the hold keeps it from their own templates, whatever the
+    # watch cache holds of ReplicaSets (none here, as when it has not caught up with them).
+    for role in ("prefill", "decode"):
+        h.server.remove("ReplicaSet", NAMESPACE, f"m-{role}-h1")
+    clock.now += 10
+    await h.reconcile()
+    decode = h.server.get("Deployment", NAMESPACE, "m-decode")
+    assert decode["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm:old"
+    assert h.condition("Degraded")["reason"] == "RolledBack", h.condition("Degraded")
     # A new spec is a new rollout: the spec's template is applied again.
     h.edit_spec(lambda spec: spec["decode"].update(replicas=2))
     await h.reconcile()
@@ -556,3 +575,47 @@ async def test_a_replica_that_lost_the_lease_sets_no_gate_and_drains_nothing() -
     with pytest.raises(NotLeader):
         await h.reconcile()
     assert frontend.drains == []
+
+
+async def test_with_more_pairs_than_a_round_probes_the_check_still_waits_its_interval() -> None:
+    """maxPairs 1 over four pairs: each round probes one. An engine probed in an earlier round is not new, so a
+    pass before the interval is up probes nothing (an engine never probed would be probed at once)."""
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}")
+    document = document.replace("decode: {replicas: 1}", "decode: {replicas: 2}")
+    document = document.replace("failureThreshold: 2}", "failureThreshold: 2, maxPairs: 1}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    for name, role in (("m-prefill-a", "prefill"), ("m-prefill-b", "prefill")):
+        create_pod(h.server, "m", name, role, gated=True)
+    for name, role in (("m-decode-a", "decode"), ("m-decode-b", "decode")):
+        create_pod(h.server, "m", name, role, gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    for _ in range(8):  # every engine admitted and every pair probed at least once
+        await h.reconcile()
+        kubelet(h.server)
+        clock.now += 10
+    probed = {name for round_ in frontend.probed for pair in round_ for name in pair}
+    assert probed == {"m-prefill-a", "m-prefill-b", "m-decode-a", "m-decode-b"}
+    assert all(len(round_) == 1 for round_ in frontend.probed)
+    await h.reconcile()  # a round is due: it probes one pair
+    rounds = len(frontend.probed)
+    clock.now += 2
+    await h.reconcile()
+    assert len(frontend.probed) == rounds  # not due, nothing new: no round
+    clock.now += 10
+    await h.reconcile()
+    assert len(frontend.probed) == rounds + 1
+
+
+async def test_a_recreation_the_api_server_refuses_is_a_warning_and_nothing_is_deleted() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT"
+    h.server.fail(403, 'pods "m-decode-a" is forbidden: cannot delete', method="DELETE", kind="Pod", times=None)
+    for step in (10, 2):
+        clock.now += step
+        await h.reconcile()
+    assert {p["metadata"]["name"] for p in h.server.objects("Pod", NAMESPACE)} >= {"m-prefill-a", "m-decode-a"}
+    [warning] = [e for e in h.events() if e["reason"] == "RemediationFailed"]
+    assert warning["type"] == "Warning"
+    assert warning["message"].startswith("deleting pod m-") and "403" in warning["message"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from disagg.plan import build_plan
+from disagg.reconcile.conditions import ConditionUpdate
 from disagg.reconcile.status import StatusInputs, compute_status
 from tests.support.rendering import example_deployment
 from tests.unit.reconcile.test_status import condition, live, observe, workload
@@ -66,3 +67,41 @@ def test_per_node_daemons_are_counted_by_the_nodes_they_are_scheduled_on() -> No
 
     assert phase(3, 3) == "Ready"  # three nodes, three daemons: the plan's 0 is not the count
     assert phase(3, 2) != "Ready"
+
+
+FAILING = ConditionUpdate("Serving", "False", "PairsFail", "no pair serves: decode failed: 500")
+
+
+def serving_conditions(serving: str, degraded: str, reason: str = "ServingFailed") -> list[dict[str, Any]]:
+    return [
+        {"type": "Serving", "status": serving, "reason": "x", "message": "x"},
+        {"type": "Degraded", "status": degraded, "reason": reason, "message": "x"},
+    ]
+
+
+def test_a_deployment_that_stopped_serving_stays_degraded_until_it_serves_again() -> None:
+    """Served, then failing: Degraded (ServingFailed). The next pass, Serving was already False, but the Degraded
+    condition still says why, so the deployment stays Degraded; one that never served is not Degraded for it."""
+    for previous_serving, previous_degraded, reason, expected in (
+        ("True", "False", "None", "True"),  # it served until now
+        ("False", "True", "ServingFailed", "True"),  # it served before the last pass
+        ("False", "True", "ApplyFailed", "False"),  # degraded for another reason, never served
+        ("False", "False", "None", "False"),  # never served: not a loss
+    ):
+        previous = {"conditions": serving_conditions(previous_serving, previous_degraded, reason)}
+        report = compute_status(observe(live(), previous, serving_mode="Enforce", serving_condition=FAILING))
+        degraded = condition(report.status, "Degraded")
+        assert degraded["status"] == expected, (previous_serving, previous_degraded, reason)
+        if expected == "True":
+            assert degraded["reason"] == "ServingFailed"
+            assert degraded["message"] == f"the deployment served and no longer does: {FAILING.message}"
+
+
+def test_serving_replicas_are_kept_from_the_last_round_when_no_round_ran() -> None:
+    previous = {"prefill": {"servingReplicas": 2}, "decode": {"servingReplicas": 1}}
+    kept = compute_status(observe(live(), previous, serving_mode="Enforce")).status
+    assert (kept["prefill"]["servingReplicas"], kept["decode"]["servingReplicas"]) == (2, 1)
+    counted = compute_status(observe(live(), previous, serving_mode="Enforce", serving_engines={"prefill": 1})).status
+    assert (counted["prefill"]["servingReplicas"], counted["decode"]["servingReplicas"]) == (1, 0)
+    off = compute_status(observe(live(), previous, serving_mode="Off")).status
+    assert "servingReplicas" not in off["prefill"] and "servingReplicas" not in off["decode"]

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.rendering import find, pod_templates
+from disagg.api.units import parse_quantity
+from disagg.names import LABEL_DEPLOYMENT, LABEL_ROLE, LWS_WORKER_INDEX_LABEL
+from disagg.render import render_deployment
+from tests.support.rendering import deployment_from_yaml, find, pod_templates
 from tests.unit.render.test_wiring_facts import SOURCES as WIRING_SOURCES
 from tests.unit.render.test_wiring_facts import objects_of, variant
 
@@ -114,3 +117,170 @@ def test_affinity_reaches_the_pod_with_kubernetes_field_names() -> None:
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     pod = prefill_pod(variant(f"  prefill:\n    scheduling: {{affinity: {json.dumps(affinity)}}}\n"))
     assert pod["affinity"] == affinity
+
+
+def test_the_render_tier_s_deployment_and_service_select_its_pods_only() -> None:
+    objects = variant("  frontend: {render: {enabled: true}}\n")
+    render = find(objects, "Deployment", "v-render")
+    selector = {LABEL_DEPLOYMENT: "v", LABEL_ROLE: "render"}
+    assert render["spec"]["selector"]["matchLabels"] == selector
+    assert selector.items() <= render["spec"]["template"]["metadata"]["labels"].items()
+    assert find(objects, "Service", "v-render")["spec"]["selector"] == selector
+    for other in ("v-prefill", "v-decode", "v-router"):  # no other pod carries the render role
+        labels = find(objects, "Deployment", other)["spec"]["template"]["metadata"]["labels"]
+        assert labels[LABEL_ROLE] != "render"
+
+
+def test_host_network_pods_still_resolve_cluster_names() -> None:
+    """On the host's network a pod gets the node's resolver unless dnsPolicy says otherwise; engines and the router
+    must still resolve Services (the model store, the router's discovery)."""
+    objects = variant("  transfer: {network: {hostNetwork: true}}\n")
+    for name in ("v-prefill", "v-decode"):
+        pod = (
+            prefill_pod(objects) if name == "v-prefill" else pod_templates(find(objects, "Deployment", name))[0]["spec"]
+        )
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet", name
+    router = pod_templates(find(objects, "Deployment", "v-router"))[0]["spec"]
+    assert router.get("dnsPolicy", "ClusterFirst") == "ClusterFirst" and not router.get("hostNetwork")
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == flag:
+            return args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def test_every_parallelism_of_a_pool_reaches_its_engine_together() -> None:
+    objects = variant("  decode: {tensorParallel: 2, pipelineParallel: 2, decodeContextParallel: 2}\n")
+    container = pod_templates(find(objects, "Deployment", "v-decode"))[0]["spec"]["containers"][0]
+    args = [*container.get("command", []), *container.get("args", [])]
+    assert _flag(args, "--tensor-parallel-size") == "2"
+    assert _flag(args, "--pipeline-parallel-size") == "2"
+    assert _flag(args, "--decode-context-parallel-size") == "2"
+
+
+def test_an_engine_that_stops_answering_is_unready_within_10_s_and_restarted_after_30_s() -> None:
+    """docs/rendering.md: readiness drops after two failed checks 5 s apart; liveness restarts the container after
+    three failed checks 10 s apart, once the startup probe has passed."""
+    pod = prefill_pod(variant(""))
+    engine = pod["containers"][0]
+    readiness, liveness = engine["readinessProbe"], engine["livenessProbe"]
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] == 10
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] == 30
+    assert engine["startupProbe"]["httpGet"] == liveness["httpGet"] == readiness["httpGet"]
+
+
+@pytest.mark.parametrize(
+    ("custom", "protocol"),
+    [
+        ("routerProtocol: nixl", "nixl"),
+        ("routerProtocol: mooncake", "mooncake"),
+        ("routerProtocol: moriio, extraConfig: {read_mode: true}", "moriio"),
+    ],
+)
+def test_vllm_router_speaks_the_protocol_a_custom_connector_names(custom: str, protocol: str) -> None:
+    objects = variant(
+        "  frontend: {router: {implementation: vllm-router}}\n"
+        f"  transfer: {{connector: custom, custom: {{connectorClass: X, {custom}}}}}\n"
+    )
+    container = pod_templates(find(objects, "Deployment", "v-router"))[0]["spec"]["containers"][0]
+    assert _flag(container["args"], "--kv-connector") == protocol
+
+
+def test_the_render_tier_trusts_remote_code_exactly_when_the_model_does() -> None:
+    for trust in (True, False):
+        text = "apiVersion: disagg.dev/v1alpha1\nkind: DisaggDeployment\nmetadata: {name: v}\nspec:\n"
+        text += f"  model: {{name: org/model, trustRemoteCode: {str(trust).lower()}}}\n"
+        text += "  frontend: {render: {enabled: true}}\n"
+        objects = render_deployment(deployment_from_yaml(text), "ns")
+        container = pod_templates(find(objects, "Deployment", "v-render"))[0]["spec"]["containers"][0]
+        assert ("--trust-remote-code" in container.get("args", [])) is trust
+
+
+@pytest.mark.parametrize("body", ["", "  frontend: {router: {implementation: vllm-router}}\n"])
+def test_the_endpoint_service_is_labelled_with_the_role_it_sends_to(body: str) -> None:
+    service = find(variant(body), "Service", "v")
+    assert service["metadata"]["labels"][LABEL_ROLE] == "router"
+    assert service["spec"]["selector"][LABEL_ROLE] == "router"
+
+
+def _containers(source: str) -> list[tuple[str, str, dict[str, Any]]]:
+    found = []
+    for obj in objects_of(source):
+        for template in pod_templates(obj):
+            role = template["metadata"]["labels"].get(LABEL_ROLE, "")
+            spec = template["spec"]
+            for container in [*spec.get("initContainers", []), *spec["containers"]]:
+                found.append((f"{obj['metadata']['name']}/{container['name']}", role, container))
+    return found
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_resource_amount_is_a_quantity_within_its_limit_and_helpers_stay_small(source: str) -> None:
+    """What the API server would refuse (an amount that is not a quantity, a request above its limit) and what no
+    node could schedule: the components beside the engines (router, render tier, KV store and per-node daemons)
+    request at most 2 cores each (their memory is the store's size where they hold KV)."""
+    for name, role, container in _containers(source):
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        amounts = {resource: parse_quantity(amount) for resource, amount in {**requests, **limits}.items()}
+        for resource, amount in requests.items():
+            if resource in limits:
+                assert parse_quantity(amount) <= parse_quantity(limits[resource]), (name, resource)
+        if role not in ("prefill", "decode"):
+            assert parse_quantity(requests.get("cpu", "0")) <= 2, (name, requests)
+        assert all(amount >= 0 for amount in amounts.values()), name
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_service_selects_the_pods_of_a_workload_it_renders(source: str) -> None:
+    objects = objects_of(source)
+    pod_labels = [template["metadata"]["labels"] for obj in objects for template in pod_templates(obj)]
+    for service in (obj for obj in objects if obj["kind"] == "Service"):
+        selector = dict(service["spec"].get("selector") or {})
+        assert selector, service["metadata"]["name"]
+        # The LeaderWorkerSet controller labels each pod with its worker index (0: the leader, whose template is
+        # the leader template); the templates do not carry it.
+        selector.pop(LWS_WORKER_INDEX_LABEL, None)
+        assert any(selector.items() <= labels.items() for labels in pod_labels), service["metadata"]["name"]
+
+
+def test_the_pegaflow_server_advertises_its_node_s_address() -> None:
+    objects = objects_of("17-pegaflow-pd")
+    server = next(
+        container
+        for obj in objects
+        if obj["kind"] == "DaemonSet"
+        for template in pod_templates(obj)
+        for container in template["spec"]["containers"]
+        if any(e["name"] == "PEGAFLOW_HOST_IP" for e in container.get("env", []))
+    )
+    env = server["env"]
+    names = [e["name"] for e in env]
+    host = env[names.index("HOST_IP")]
+    assert host["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env[names.index("PEGAFLOW_HOST_IP")]["value"] == "$(HOST_IP)"
+    assert names.index("HOST_IP") < names.index("PEGAFLOW_HOST_IP")  # $(VAR) expands only variables set before it
+
+
+@pytest.mark.parametrize("source", WIRING_SOURCES)
+def test_every_container_names_an_image(source: str) -> None:
+    for name, _, container in _containers(source):
+        assert isinstance(container.get("image"), str) and container["image"], name
+
+
+def test_the_lmcache_server_runs_the_engines_image_unless_the_store_names_one() -> None:
+    """LMCache's server ships in the engine image (example 08); a store block may name another."""
+    shared = objects_of("08-lmcache-shared-server")
+    [server] = [c for name, role, c in _containers("08-lmcache-shared-server") if role == "kv-store"]
+    assert server["image"] == "lmcache/vllm-openai:v0.5.6"
+    engine = pod_templates(find(shared, "Deployment", "llama-lmcache-prefill"))[0]["spec"]["containers"][0]
+    assert engine["image"] == server["image"]
+    own = variant("  kvCache: {store: {type: lmcache, lmcache: {serverImage: 'lmcache/server:1'}}}\n")
+    [store] = [
+        c for obj in own for t in pod_templates(obj) for c in t["spec"]["containers"] if c["name"] == "lmcache-server"
+    ]
+    assert store["image"] == "lmcache/server:1"
