@@ -266,6 +266,9 @@ def _serving_condition(inputs: StatusInputs) -> ConditionUpdate | None:
     return ConditionUpdate("Serving", "Unknown", "NotChecked", "no serving check has run yet")
 
 
+SERVING_LOST = "the deployment served and no longer does:"
+
+
 def _serving_lost(serving: ConditionUpdate | None, previous: dict[str, Any]) -> str | None:
     """Serving that was True and is False now is something that stopped working: Degraded until it serves again."""
     if serving is None or serving.status != "False":
@@ -273,11 +276,13 @@ def _serving_lost(serving: ConditionUpdate | None, previous: dict[str, Any]) -> 
     conditions: list[dict[str, Any]] = previous.get("conditions") or []
     was: dict[str, Any] = next((c for c in conditions if c.get("type") == "Serving"), {})
     degraded: dict[str, Any] = next((c for c in conditions if c.get("type") == "Degraded"), {})
+    # Degraded's reason names only its first cause; its message joins every cause's message, so a lost-serving
+    # cause behind another one is found by its own words.
     if was.get("status") == "True" or (
         degraded.get("status") == "True"
-        and "ServingFailed" in str(degraded.get("reason", "")) + str(degraded.get("message", ""))
+        and (degraded.get("reason") == "ServingFailed" or SERVING_LOST in str(degraded.get("message", "")))
     ):
-        return f"the deployment served and no longer does: {serving.message}"
+        return f"{SERVING_LOST} {serving.message}"
     return None
 
 

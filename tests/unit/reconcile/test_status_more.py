@@ -97,6 +97,24 @@ def test_a_deployment_that_stopped_serving_stays_degraded_until_it_serves_again(
             assert degraded["message"] == f"the deployment served and no longer does: {FAILING.message}"
 
 
+def test_a_lost_serving_behind_another_degraded_cause_is_still_remembered() -> None:
+    # Degraded's reason names only the first cause (here an apply error); the loss of serving is in its message.
+    previous = {
+        "conditions": [
+            {"type": "Serving", "status": "False", "reason": "x", "message": "x"},
+            {
+                "type": "Degraded",
+                "status": "True",
+                "reason": "ApplyFailed",
+                "message": "Service m: 422 invalid; the deployment served and no longer does: no pair serves",
+            },
+        ]
+    }
+    report = compute_status(observe(live(), previous, serving_mode="Enforce", serving_condition=FAILING))
+    degraded = condition(report.status, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ServingFailed"
+
+
 def test_serving_replicas_are_kept_from_the_last_round_when_no_round_ran() -> None:
     previous = {"prefill": {"servingReplicas": 2}, "decode": {"servingReplicas": 1}}
     kept = compute_status(observe(live(), previous, serving_mode="Enforce")).status
