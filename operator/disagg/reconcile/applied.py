@@ -71,6 +71,11 @@ class AppliedMemo:
             sent, metadata.get("resourceVersion"), metadata.get("generation"), _metadata_digest(applied), until
         )
 
+    def due(self, owner: OwnerKey) -> bool:
+        """Whether a child of the DisaggDeployment is due to be applied again anyway (`reapply_seconds`)."""
+        now = self.clock()
+        return any(now >= record.until for record in self._records.get(owner, {}).values())
+
     def drop(self, owner: OwnerKey, kind: str | None = None, name: str | None = None) -> None:
         if kind is None or name is None:
             self._records.pop(owner, None)

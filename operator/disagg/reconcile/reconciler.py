@@ -38,6 +38,7 @@ from .ownership import Claim, claim, conflict_message, replicas_action, replicas
 from .refusals import Refusals
 from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
+from .settled import Settled, SettledMemo, inputs
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
@@ -123,6 +124,7 @@ class Reconciler:
         self.phases: dict[Key, str] = {}
         self.applied = AppliedMemo(reapply_seconds)
         self.cores = CoreMemo(installation=installation)
+        self.settled = SettledMemo()
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class Reconciler:
         self.phases.pop(key, None)
         self.applied.drop(key)
         self.cores.forget(key)
+        self.settled.drop(key)
         self._export_phases()
 
     def stand_down(self) -> None:
@@ -152,6 +155,7 @@ class Reconciler:
         scaler's in-process state may be out of date, so the first passes apply everything and the scaler resumes
         from status (D123, D126)."""
         self.applied.clear()
+        self.settled.clear()
         if self.autoscaler is not None:
             self.autoscaler.reset()
         if self.serving is not None:
@@ -198,6 +202,7 @@ class Reconciler:
                 result = "degraded"
                 delay = self.queue.retry(key)
             else:
+                result = "unchanged" if outcome == "unchanged" else "ok"
                 self.queue.succeeded(key)
         except NotLeader as exc:
             result = "not_leader"  # the new leader reconciles it; nothing of this pass is reported
@@ -255,10 +260,18 @@ class Reconciler:
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
     async def reconcile(self, key: Key) -> str:
-        """Returns "ok", "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
+        """Returns "ok", "unchanged" (the last successful pass started from exactly what this one would read, so it
+        was not run, D190), "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
         DisaggDeployment again once it may read it), or "retry" (a permanent-looking failure to revisit with
         backoff)."""
         namespace, name = key
+        current = inputs(self.cache, key, self.refusals.version)
+        settled = self.settled.get(key, current)
+        if settled is not None and self.applied.due(key):
+            settled = None  # a re-apply is due: the full pass
+        if settled is not None and not settled.timed:
+            return "unchanged"
+        self.settled.drop(key)
         owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
             self.forget(key)  # owner references let the garbage collector remove the children
@@ -268,26 +281,37 @@ class Reconciler:
         core = self.cores.get(owner)
         if isinstance(core, ValidationResult):
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
-            inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
-            await self._publish(owner, compute_status(inputs), [])
+            status_inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
+            await self._publish(owner, compute_status(status_inputs), [])
+            self.settled.record(key, Settled(current, timed=False))
             return "invalid"
 
-        desired = core.desired()
-        refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
-        if refused:
-            await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
-            return "refused"
         state = PassState(key, owner, core.plan, live=self._children(namespace, name))
         state.held = held_revision(previous, generation) if core.plan.serving.gated else None
-        if await self._claim(state, desired):
-            if state.held is not None:
-                await self._hold_templates(state, desired, state.held)
-            if not await self._apply(state, desired):
-                return "gone"  # the namespace and everything in it is going away
-            await self._prune(state)
+        if settled is None:
+            desired = core.desired()
+            refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
+            if refused:
+                await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
+                return "refused"
+            if await self._claim(state, desired):
+                if state.held is not None:
+                    await self._hold_templates(state, desired, state.held)
+                if not await self._apply(state, desired):
+                    return "gone"  # the namespace and everything in it is going away
+                await self._prune(state)
+        # else: the children are as the last successful pass left them; only the timed steps run again.
         await self._observe(state, core.spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
-        return "retry" if state.apply_errors or state.missing_apis or state.conflicts else "ok"
+        if state.apply_errors or state.missing_apis or state.conflicts:
+            return "retry"
+        self.settled.record(key, Settled(current, timed=self._timed(core.spec, core.plan)))
+        return "ok"
+
+    def _timed(self, spec: DisaggDeploymentSpec, plan: DeploymentPlan) -> bool:
+        """Whether a pass has steps that read the clock: the scaler's evaluations, the serving check's rounds."""
+        scaling = self.autoscaler is not None and bool(scaled_pools(spec))
+        return scaling or (self.serving is not None and plan.serving.mode != "Off")
 
     async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
         """Decide for every desired child whether it is ours to write (D70). A child the cache does not hold as ours
