@@ -34,7 +34,7 @@ from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
-from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .ownership import CREATE_ONLY_VERSION, Claim, claim, conflict_message, replicas_action, replicas_patch
 from .refusals import Refusals
 from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
@@ -58,6 +58,10 @@ def rfc3339_now() -> str:
 
 class RetryLater(Exception):
     """The pass hit something worth retrying soon (conflict, throttling, an unreachable API server)."""
+
+
+class _NamespaceTerminating(Exception):
+    """An apply was refused because the namespace is being deleted: the pass ends, nothing to report."""
 
 
 @dataclass
@@ -299,7 +303,8 @@ class Reconciler:
                     await self._hold_templates(state, desired, state.held)
                 if not await self._apply(state, desired):
                     return "gone"  # the namespace and everything in it is going away
-                await self._prune(state)
+                if not state.conflicts:
+                    await self._prune(state)
         # else: the children are as the last successful pass left them; only the timed steps run again.
         await self._observe(state, core.spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
@@ -314,41 +319,58 @@ class Reconciler:
         return scaling or (self.serving is not None and plan.serving.mode != "Off")
 
     async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
-        """Decide for every desired child whether it is ours to write (D70). A child the cache does not hold as ours
-        is read first (the watches see only labelled objects, so a foreign one at that name is not in the cache);
-        those reads run concurrently. False, with the conflicts recorded, when any name is taken by an object that is
-        not ours."""
-        namespace, name = state.key
-        owner_uid = state.owner["metadata"]["uid"]
-        unread = [obj for obj in desired if child_key(obj) not in state.live]
+        """Decide for every desired child whether it is ours to write (D70). A child the cache holds as ours is
+        judged on the cached copy. Any other is read first (the watches see only labelled objects, so a foreign one
+        at that name is not in the cache), concurrently, except in the first wave: those are created only if
+        nothing is at their name, and read only when something is (`_apply`, D191). False, with the conflicts
+        recorded, when any name read is taken by an object that is not ours."""
+        namespace = state.key[0]
+        unread = [obj for obj in desired if child_key(obj) not in state.live and obj["kind"] not in FIRST_WAVE]
         reads = await asyncio.gather(
             *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj in unread), return_exceptions=True
         )
         read = dict(zip((child_key(obj) for obj in unread), reads, strict=True))
         for obj in desired:
             key_of = child_key(obj)
-            live = read[key_of] if key_of in read else state.live.get(key_of)
-            if isinstance(live, KubeError):
-                if live.api_missing:
-                    continue  # the apply reports the missing API
-                what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
-                if live.transient:
-                    raise RetryLater(what) from live
-                # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
-                state.apply_errors.append(what)
-                state.claims[key_of] = Claim("unknown")
-                continue
-            if isinstance(live, BaseException):
-                raise live
-            decision = claim(live, owner_uid, name)
-            state.claims[key_of] = decision
+            if key_of in read:
+                self._judge(state, obj, read[key_of])
+            elif key_of in state.live:
+                self._judge(state, obj, state.live[key_of])
+            else:
+                state.claims[key_of] = Claim("absent")
+        self._note_conflicts(state)
+        return not state.conflicts
+
+    def _judge(
+        self, state: PassState, obj: dict[str, Any], live: dict[str, Any] | BaseException | None
+    ) -> Claim | None:
+        """Claim one desired child from what is at its name (None: nothing; an exception: the read failed), and
+        record a conflict or an unreadable object. None when the API is not served (the apply reports that)."""
+        key_of = child_key(obj)
+        if isinstance(live, KubeError):
+            if live.api_missing:
+                return None
+            what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
+            if live.transient:
+                raise RetryLater(what) from live
+            # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+            state.apply_errors.append(what)
+            decision = Claim("unknown")
+        elif isinstance(live, BaseException):
+            raise live
+        else:
+            decision = claim(live, state.owner["metadata"]["uid"], state.key[1])
             if decision.action == "conflict":
                 state.conflicts.append(conflict_message(obj["kind"], obj["metadata"]["name"], decision.holder))
+        state.claims[key_of] = decision
+        return decision
+
+    def _note_conflicts(self, state: PassState) -> None:
         previous = _degraded_message(state.owner)
         if previous:  # Degraded already: no transition event will name a new conflict, so it gets an event of its own
-            new = [text for text in state.conflicts if text not in previous]
+            noticed = {notice.message for notice in state.notices if notice.reason == "NameConflict"}
+            new = [text for text in state.conflicts if text not in previous and text not in noticed]
             state.notices += [Notice("Warning", "NameConflict", text) for text in new]
-        return not state.conflicts
 
     async def _hold_templates(self, state: PassState, desired: list[dict[str, Any]], revision: str) -> None:
         """Keep the pool Deployments on the pod template of `revision` (from their ReplicaSets) instead of the
@@ -375,76 +397,134 @@ class Reconciler:
 
     async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
         """Server-side apply every desired object that is ours to write and changed: the first wave, then the rest,
-        each wave's objects concurrently. False when the namespace is being deleted."""
+        each wave's objects concurrently. A first-wave name found taken by an object the cache did not show (its
+        create-only apply answered 409, D191) is read and claimed then: ours, it is applied in the same pass; not
+        ours, it is a conflict and the later waves are not applied. False when the namespace is being deleted."""
         state.desired = {child_key(obj) for obj in desired}
-        owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
+        owned_elsewhere: set[ChildKey] = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
         waves = [
             [obj for obj in desired if obj["kind"] in FIRST_WAVE],
             [obj for obj in desired if obj["kind"] not in FIRST_WAVE],
         ]
         created: list[str] = []
-        for wave in waves:
-            todo = []
-            for obj in wave:
-                key_of = child_key(obj)
-                decision = state.claims.get(key_of)
-                if decision is not None and decision.action == "unknown":
-                    continue  # reported by the claim step
-                elsewhere = key_of in owned_elsewhere
-                # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
-                holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
-                # The uid precondition is left out: the object it names is the live version the memo compares.
-                sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
-                if self.applied.unchanged(
-                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)
-                ):
-                    metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
-                    continue
-                if decision is not None and decision.uid is not None:
-                    obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
-                todo.append((obj, sent))
-            results = await asyncio.gather(
-                *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
-            )
-            retry: RetryLater | None = None
-            for (obj, sent), result in zip(todo, results, strict=True):
-                key_of = child_key(obj)
-                if isinstance(result, NotLeader):
-                    raise result
-                if isinstance(result, KubeError):
-                    exc = result
-                    if exc.namespace_terminating:
-                        return False
-                    if exc.replaced:
-                        retry = retry or RetryLater(
-                            f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass"
-                        )
-                        continue
-                    if exc.api_missing:
-                        state.missing_apis.append(
-                            KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
-                        )
-                        continue
-                    if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
-                        retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                        continue
-                    # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
-                    # status must say so while the pass keeps being retried with backoff.
-                    state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                    continue
-                if isinstance(result, BaseException):
-                    raise result
-                metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
-                if key_of not in state.live:
-                    created.append(f"{obj['kind']} {obj['metadata']['name']}")
-                state.live[key_of] = result
-                self.cache.put(obj["kind"], result)
-                self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
-            if retry is not None:
-                raise retry
+        try:
+            for wave in waves:
+                todo = self._changed(state, wave, owned_elsewhere)
+                taken = await self._send(state, todo, owned_elsewhere, created)
+                if taken:
+                    again = await self._claim_taken(state, taken)
+                    self._note_conflicts(state)
+                    await self._send(state, again, owned_elsewhere, created)
+                if state.conflicts:
+                    break
+        except _NamespaceTerminating:
+            return False
         if created:
             state.notices.append(Notice("Normal", "Created", f"created {', '.join(created)}"))
         return True
+
+    def _changed(
+        self, state: PassState, wave: list[dict[str, Any]], owned_elsewhere: set[ChildKey]
+    ) -> list[tuple[dict[str, Any], str]]:
+        """The objects of a wave to send, with the digest of what is sent (the applied memo's key), and their
+        preconditions set: the live uid for an update, the impossible version for a creation nobody read."""
+        todo = []
+        for obj in wave:
+            key_of = child_key(obj)
+            decision = state.claims.get(key_of)
+            if decision is not None and decision.action == "unknown":
+                continue  # reported by the claim step
+            elsewhere = key_of in owned_elsewhere
+            # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
+            holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
+            # The preconditions are left out: the object they name is the live version the memo compares.
+            sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
+            if self.applied.unchanged(state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)):
+                metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
+                continue
+            if decision is not None and decision.uid is not None:
+                obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
+            elif decision is not None and decision.action == "absent":
+                obj["metadata"]["resourceVersion"] = CREATE_ONLY_VERSION  # never write over what is there
+            todo.append((obj, sent))
+        return todo
+
+    async def _send(
+        self,
+        state: PassState,
+        todo: list[tuple[dict[str, Any], str]],
+        owned_elsewhere: set[ChildKey],
+        created: list[str],
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Apply `todo` concurrently and sort out each answer (D21). Returns the create-only applies that found
+        their name taken."""
+        results = await asyncio.gather(
+            *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
+        )
+        retry: RetryLater | None = None
+        taken: list[tuple[dict[str, Any], str]] = []
+        for (obj, sent), result in zip(todo, results, strict=True):
+            key_of = child_key(obj)
+            if isinstance(result, NotLeader):
+                raise result
+            if isinstance(result, KubeError):
+                exc = result
+                if exc.namespace_terminating:
+                    raise _NamespaceTerminating()
+                decision = state.claims.get(key_of)
+                if exc.status == 409 and decision is not None and decision.action == "absent":
+                    taken.append((obj, sent))  # something is at that name: nothing was written
+                    continue
+                if exc.replaced:
+                    retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass")
+                    continue
+                if exc.api_missing:
+                    state.missing_apis.append(
+                        KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
+                    )
+                    continue
+                if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
+                    retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                    continue
+                # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
+                # status must say so while the pass keeps being retried with backoff.
+                state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
+            if key_of not in state.live:
+                created.append(f"{obj['kind']} {obj['metadata']['name']}")
+            state.live[key_of] = result
+            self.cache.put(obj["kind"], result)
+            self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
+        if retry is not None:
+            raise retry
+        return taken
+
+    async def _claim_taken(
+        self, state: PassState, taken: list[tuple[dict[str, Any], str]]
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Read and claim the objects found at first-wave names; returns those that are ours, to update (with their
+        uid as the precondition)."""
+        namespace = state.key[0]
+        reads = await asyncio.gather(
+            *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj, _ in taken),
+            return_exceptions=True,
+        )
+        again = []
+        for (obj, sent), live in zip(taken, reads, strict=True):
+            del obj["metadata"]["resourceVersion"]
+            decision = self._judge(state, obj, live)
+            if decision is None or decision.action == "unknown" or decision.action == "conflict":
+                continue
+            if decision.action == "create":  # deleted again since the 409: the next pass creates it
+                raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was deleted during the pass")
+            if isinstance(live, dict):
+                state.live[child_key(obj)] = live
+            obj["metadata"]["uid"] = decision.uid
+            again.append((obj, sent))
+        return again
 
     async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
         if not owned_elsewhere:
