@@ -50,6 +50,8 @@ REAPPLY_SECONDS = 3600.0
 """Unchanged children are applied again after this long anyway (applied.py)."""
 SCALER_STATE = "scalerState"
 """The status key holding the autoscaler's learned state (scaler_memory.py, D126)."""
+APPLIED_DIGEST = "appliedDigest"
+"""The status key holding the digest of what was applied to the children (applied.py, D192)."""
 
 
 def rfc3339_now() -> str:
@@ -407,6 +409,7 @@ class Reconciler:
             [obj for obj in desired if obj["kind"] not in FIRST_WAVE],
         ]
         created: list[str] = []
+        self._restore_applied(state, desired, owned_elsewhere)
         try:
             for wave in waves:
                 todo = self._changed(state, wave, owned_elsewhere)
@@ -434,11 +437,7 @@ class Reconciler:
             decision = state.claims.get(key_of)
             if decision is not None and decision.action == "unknown":
                 continue  # reported by the claim step
-            elsewhere = key_of in owned_elsewhere
-            # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
-            holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
-            # The preconditions are left out: the object they name is the live version the memo compares.
-            sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
+            sent = _sent(obj, key_of in owned_elsewhere, state.live.get(key_of))
             if self.applied.unchanged(state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)):
                 metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
                 continue
@@ -448,6 +447,23 @@ class Reconciler:
                 obj["metadata"]["resourceVersion"] = CREATE_ONLY_VERSION  # never write over what is there
             todo.append((obj, sent))
         return todo
+
+    def _restore_applied(self, state: PassState, desired: list[dict[str, Any]], owned_elsewhere: set[ChildKey]) -> None:
+        """Without a memory of its own for this DisaggDeployment (after a takeover or a restart), take the one the
+        status carries if the children prove it (D192): the first pass then applies only what changed."""
+        fingerprint = (state.owner.get("status") or {}).get(APPLIED_DIGEST)
+        if not isinstance(fingerprint, str) or self.applied.knows(state.key):
+            return
+        children = []
+        for obj in desired:
+            key_of = child_key(obj)
+            live = state.live.get(key_of)
+            decision = state.claims.get(key_of)
+            if live is None or decision is None or decision.action != "update":
+                return  # a child to create (or not ours to write): not as the status says
+            children.append((key_of[0], key_of[1], _sent(obj, key_of in owned_elsewhere, live), live))
+        if self.applied.restore(state.key, fingerprint, children):
+            metrics.APPLIED_RESTORED.inc()
 
     async def _send(
         self,
@@ -683,6 +699,10 @@ class Reconciler:
             memory = self.autoscaler.memory(state.key)
             if memory is not None:
                 report.status[SCALER_STATE] = memory
+        if state is not None:
+            fingerprint = self.applied.fingerprint(state.key)
+            if fingerprint is not None:
+                report.status[APPLIED_DIGEST] = fingerprint
         if not await self._write_status(owner, report):
             return
         # The metric follows the status at once, not after the (slower, best-effort) events.
@@ -724,6 +744,14 @@ class Reconciler:
             counts[phase] = counts.get(phase, 0) + 1
         for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+
+
+def _sent(obj: dict[str, Any], elsewhere: bool, live: dict[str, Any] | None) -> str:
+    """The digest of what applying `obj` sends, the applied memo's key. Who holds the replicas decides what is sent
+    (ownership.py), so it is part of it; the preconditions are left out: the object they name is the live version
+    the memo compares."""
+    holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), live)
+    return digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
 
 
 def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
