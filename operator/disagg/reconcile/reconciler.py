@@ -173,6 +173,25 @@ class Reconciler:
             self.queue.add(key, revisit=True)
         metrics.QUEUE_DEPTH.set(len(self.queue))
 
+    async def prepare(self, pause: float = 1.0) -> None:
+        """While this replica stands by (until cancelled): render every known DisaggDeployment it has not rendered
+        for its current spec, one at a time, so that after a takeover the first passes do not wait for rendering
+        (D193). The standby's watch cache already holds everything a pass reads; this adds what it computes."""
+        seen: dict[Key, str | None] = {}
+        while True:
+            current: dict[Key, str | None] = {}
+            for key in sorted(self.known):
+                version = self.cache.version(DISAGG_DEPLOYMENT.name, *key)
+                current[key] = version
+                if version is None or seen.get(key) == version:
+                    continue
+                owner = self.cache.get(DISAGG_DEPLOYMENT.name, *key)
+                if owner is not None and not owner["metadata"].get("deletionTimestamp"):
+                    self.cores.get(owner)  # a memo: renders only when the spec is new to it
+                await asyncio.sleep(0)  # the informers and kopf's watch keep the loop
+            seen = current
+            await asyncio.sleep(pause)
+
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
         tasks.append(asyncio.create_task(self._resync(resync_seconds, stop), name="resync"))
