@@ -26,12 +26,21 @@ from typing import Any
 from disagg.names import DEPLOYMENT, LEADER_WORKER_SET
 
 from .cache import OwnerKey
+from .ownership import replicas_action
 
 STATUS_WRITTEN_BY_CONTROLLERS = frozenset({DEPLOYMENT.name, LEADER_WORKER_SET.name})
 
 
 def digest(obj: Any) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode(), digest_size=16).hexdigest()
+
+
+def sent_digest(obj: dict[str, Any], elsewhere: bool, live: dict[str, Any] | None) -> str:
+    """The digest of what applying `obj` sends, the memo's key. Who holds the replicas decides what is sent
+    (ownership.py), so it is part of it; the preconditions are left out: the object they name is the live version
+    the memo compares."""
+    holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), live)
+    return digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
 
 
 def _metadata_digest(obj: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD,
 from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation, WorkloadPlan
 
 from . import metrics
-from .applied import AppliedMemo, digest
+from .applied import AppliedMemo, sent_digest
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
@@ -87,6 +87,8 @@ class PassState:
     serving: ServingReport | None = None
     held: str | None = None
     """The pairing revision a rollback holds the pools at (their previous pod templates), or None."""
+    sent: dict[ChildKey, str] = field(default_factory=dict)
+    """The core's digests of what applying each rendered child sends (`Core.sent`)."""
 
 
 def held_revision(previous: dict[str, Any], generation: int | None) -> str | None:
@@ -311,7 +313,7 @@ class Reconciler:
             self.settled.record(key, Settled(current, timed=False))
             return "invalid"
 
-        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
+        state = PassState(key, owner, core.plan, live=self._children(namespace, name), sent=core.sent)
         state.held = held_revision(previous, generation) if core.plan.serving.gated else None
         if settled is None:
             desired = core.desired()
@@ -456,7 +458,7 @@ class Reconciler:
             decision = state.claims.get(key_of)
             if decision is not None and decision.action == "unknown":
                 continue  # reported by the claim step
-            sent = _sent(obj, key_of in owned_elsewhere, state.live.get(key_of))
+            sent = self._sent(state, obj, key_of in owned_elsewhere)
             if self.applied.unchanged(state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)):
                 metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
                 continue
@@ -466,6 +468,14 @@ class Reconciler:
                 obj["metadata"]["resourceVersion"] = CREATE_ONLY_VERSION  # never write over what is there
             todo.append((obj, sent))
         return todo
+
+    def _sent(self, state: PassState, obj: dict[str, Any], elsewhere: bool) -> str:
+        """What applying `obj` sends, as the applied memo's key: the core's, computed once per spec, unless the
+        pass changed the object (a rollback's templates) or an autoscaler holds its replicas."""
+        key_of = child_key(obj)
+        if not elsewhere and state.held is None and key_of in state.sent:
+            return state.sent[key_of]
+        return sent_digest(obj, elsewhere, state.live.get(key_of))
 
     def _restore_applied(self, state: PassState, desired: list[dict[str, Any]], owned_elsewhere: set[ChildKey]) -> None:
         """Without a memory of its own for this DisaggDeployment (after a takeover or a restart), take the one the
@@ -480,7 +490,7 @@ class Reconciler:
             decision = state.claims.get(key_of)
             if live is None or decision is None or decision.action != "update":
                 return  # a child to create (or not ours to write): not as the status says
-            children.append((key_of[0], key_of[1], _sent(obj, key_of in owned_elsewhere, live), live))
+            children.append((key_of[0], key_of[1], self._sent(state, obj, key_of in owned_elsewhere), live))
         if self.applied.restore(state.key, fingerprint, children):
             metrics.APPLIED_RESTORED.inc()
 
@@ -763,14 +773,6 @@ class Reconciler:
             counts[phase] = counts.get(phase, 0) + 1
         for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
             metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
-
-
-def _sent(obj: dict[str, Any], elsewhere: bool, live: dict[str, Any] | None) -> str:
-    """The digest of what applying `obj` sends, the applied memo's key. Who holds the replicas decides what is sent
-    (ownership.py), so it is part of it; the preconditions are left out: the object they name is the live version
-    the memo compares."""
-    holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), live)
-    return digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
 
 
 def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:
