@@ -52,6 +52,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        auto_reload=False,  # package files: checking their mtimes on every render was a stat per template
     )
     environment.filters["tojson"] = yaml_json
     return environment
