@@ -50,6 +50,7 @@ REAPPLY_SECONDS = 3600.0
 """Unchanged children are applied again after this long anyway (applied.py)."""
 SCALER_STATE = "scalerState"
 """The status key holding the autoscaler's learned state (scaler_memory.py, D126)."""
+PHASES = ("Pending", "Progressing", "Ready", "Degraded", "Invalid")
 APPLIED_DIGEST = "appliedDigest"
 """The status key holding the digest of what was applied to the children (applied.py, D192)."""
 
@@ -130,6 +131,9 @@ class Reconciler:
         self.queue = WorkQueue()
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
+        self._phase_counts: dict[str, int] = {}
+        for phase in PHASES:
+            metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(0)
         self.applied = AppliedMemo(reapply_seconds)
         self.cores = CoreMemo(installation=installation)
         self.settled = SettledMemo()
@@ -148,11 +152,10 @@ class Reconciler:
             self.serving.forget(key)
         self.known.discard(key)
         self.queue.forget(key)
-        self.phases.pop(key, None)
+        self._set_phase(key, None)
         self.applied.drop(key)
         self.cores.forget(key)
         self.settled.drop(key)
-        self._export_phases()
 
     def stand_down(self) -> None:
         """This replica stopped leading: drop the queue; the keys stay known and are all reconciled on return."""
@@ -735,8 +738,7 @@ class Reconciler:
         if not await self._write_status(owner, report):
             return
         # The metric follows the status at once, not after the (slower, best-effort) events.
-        self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
-        self._export_phases()
+        self._set_phase((owner["metadata"]["namespace"], owner["metadata"]["name"]), report.phase)
         await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
@@ -767,12 +769,18 @@ class Reconciler:
                     "could not record event %s for %s/%s: %s", notice.reason, namespace, owner["metadata"]["name"], exc
                 )
 
-    def _export_phases(self) -> None:
-        counts: dict[str, int] = {}
-        for phase in self.phases.values():
-            counts[phase] = counts.get(phase, 0) + 1
-        for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
-            metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+    def _set_phase(self, key: Key, phase: str | None) -> None:
+        """Record a DisaggDeployment's phase (None: it is gone) and export the counts that changed; counted as they
+        change, not over every DisaggDeployment on every pass."""
+        before = self.phases.pop(key, None)
+        if phase is not None:
+            self.phases[key] = phase
+        if before == phase:
+            return
+        for name, change in ((before, -1), (phase, 1)):
+            if name is not None:
+                self._phase_counts[name] = self._phase_counts.get(name, 0) + change
+                metrics.DEPLOYMENTS_BY_PHASE.labels(name).set(self._phase_counts[name])
 
 
 def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:

@@ -136,3 +136,23 @@ async def test_a_skipped_pass_counts_as_unchanged_in_the_pass_metric() -> None:
 def unchanged_passes() -> float:
     value = metrics.REGISTRY.get_sample_value("disagg_reconcile_duration_seconds_count", {"result": "unchanged"})
     return value or 0.0
+
+
+async def test_the_phase_gauge_counts_each_deployment_once_as_phases_change() -> None:
+    server = FakeApiServer(namespaces=(NAMESPACE,))
+    for name in ("a", "b"):
+        server.create(deployment_document(MINIMAL, name=name), manager="kubectl")
+    reconciler = reconciler_for(server)
+    for name in ("a", "b"):
+        await reconciler.reconcile((NAMESPACE, name))
+    assert phase_gauge("Pending") == 2 and phase_gauge("Ready") == 0
+    Harness(server, reconciler, "a").settle()
+    for name in ("a", "b"):
+        await reconciler.reconcile((NAMESPACE, name))
+    assert phase_gauge("Pending") == 0 and phase_gauge("Ready") == 2
+    reconciler.forget((NAMESPACE, "a"))
+    assert phase_gauge("Ready") == 1
+
+
+def phase_gauge(phase: str) -> float:
+    return metrics.REGISTRY.get_sample_value("disagg_deployments", {"phase": phase}) or 0.0
