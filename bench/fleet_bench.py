@@ -303,6 +303,18 @@ def operator_passes(process: OperatorProcess) -> float:
     )
 
 
+def operator_unchanged(process: OperatorProcess) -> float:
+    """Passes not run because nothing they read had changed since the last successful one (D190)."""
+    return metric_value(process.metrics(), "disagg_reconcile_duration_seconds_count", result="unchanged")
+
+
+def children_applied(process: OperatorProcess) -> float:
+    text = process.metrics()
+    return sum(
+        float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith("disagg_objects_applied_total{")
+    )
+
+
 def pass_seconds(process: OperatorProcess) -> float:
     text = process.metrics()
     return sum(
@@ -388,12 +400,15 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
             f"standby {results['rss_standby']:.0f} MiB"
         )
         requests_idle, passes_idle = operator_requests(active), operator_passes(active)
+        unchanged_idle = operator_unchanged(active)
         results["api_rate_with_operator"] = await bench.idle_rate(args.idle_seconds)
         results["operator_requests_idle"] = operator_requests(active) - requests_idle
         results["operator_passes_idle"] = operator_passes(active) - passes_idle
+        results["operator_unchanged_idle"] = operator_unchanged(active) - unchanged_idle
         say(
             f"idle: {results['api_rate_with_operator']:.0f} API requests/min with the operator; its own "
-            f"{results['operator_requests_idle']:.0f} requests over {results['operator_passes_idle']:.0f} passes"
+            f"{results['operator_requests_idle']:.0f} requests over {results['operator_passes_idle']:.0f} passes "
+            f"(and {results['operator_unchanged_idle']:.0f} passes not run: nothing had changed)"
         )
 
         os.killpg(active.process.pid, signal.SIGKILL)
@@ -406,6 +421,16 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
             await asyncio.sleep(0.05)
         results["failover"] = time.monotonic() - killed
         say(f"failover: the standby's first pass ended {results['failover']:.1f}s after the leader's SIGKILL")
+        await asyncio.sleep(10)
+        text = standby.metrics()
+        results["after_failover_passes"] = operator_passes(standby)
+        results["after_failover_restored"] = metric_value(text, "disagg_applied_restored_total")
+        results["after_failover_applied"] = children_applied(standby)
+        say(
+            f"10 s later the new leader had run {results['after_failover_passes']:.0f} passes, taken the applied "
+            f"memory from status for {results['after_failover_restored']:.0f} DisaggDeployments and applied "
+            f"{results['after_failover_applied']:.0f} children"
+        )
         standby.stop()
         await asyncio.sleep(10)
         results["api_rate_without_operator"] = await bench.idle_rate(args.idle_seconds)
@@ -454,8 +479,12 @@ def table(results: dict[str, Any]) -> str:
         f"| API requests per pass in the burst (operator's client) | {results['requests_per_pass']:.1f} | | | |",
         f"| idle: API server requests/min with / without the operator | {results['api_rate_with_operator']:.0f} / "
         f"{results['api_rate_without_operator']:.0f} | | | |",
-        f"| idle: the operator's own requests in {results.get('idle_seconds', 120):.0f} s, over its passes | "
-        f"{results['operator_requests_idle']:.0f} over {results['operator_passes_idle']:.0f} | | | |",
+        f"| idle: the operator's own requests in {results.get('idle_seconds', 120):.0f} s, over its passes "
+        f"(and passes not run) | {results['operator_requests_idle']:.0f} over {results['operator_passes_idle']:.0f} "
+        f"({results.get('operator_unchanged_idle', 0):.0f}) | | | |",
+        f"| new leader, 10 s after its first pass: passes, applied memory restored, children applied | "
+        f"{results.get('after_failover_passes', 0):.0f}, {results.get('after_failover_restored', 0):.0f}, "
+        f"{results.get('after_failover_applied', 0):.0f} | | | |",
         f"| load average (1, 5, 15 min) before / after | {' '.join(f'{v:.1f}' for v in results['load_before'])} / "
         f"{' '.join(f'{v:.1f}' for v in results['load_after'])} | | | |",
     ]

@@ -20,7 +20,7 @@ import pytest
 from disagg.names import API_VERSION, KIND
 from disagg.reconcile.children import FIELD_MANAGER, REPLICAS_MANAGER
 from disagg.reconcile.kube import Kube, KubeError, Transport, path
-from disagg.reconcile.ownership import manages_replicas, replicas_patch
+from disagg.reconcile.ownership import CREATE_ONLY_VERSION, manages_replicas, replicas_patch
 
 
 @dataclass
@@ -349,6 +349,46 @@ async def an_apply_carrying_a_uid_writes_only_the_object_with_that_uid(c: Cluste
     assert again is not None and again["data"] == {"k": "someone else's"}
 
 
+async def an_apply_with_the_impossible_version_creates_only(c: Cluster) -> None:
+    """The create-only apply (D191): with CREATE_ONLY_VERSION a missing object is created as any apply creates it
+    (owned by the applying manager, at an ordinary version), and one that exists is refused with 409 and left as it
+    is, for each kind of the first wave (Services have a storage of their own in kube-apiserver)."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "once", "namespace": c.namespace},
+        "spec": {"clusterIP": "None", "selector": {"app": "x"}, "ports": [{"name": "http", "port": 80}]},
+    }
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "once", "namespace": c.namespace, "labels": {"app": "x"}},
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "once", "namespace": c.namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
+    for obj in (config_map(c.namespace, "once", {"k": "1"}), service, account, role):
+        kind = obj["kind"]
+        create_only = copy.deepcopy(obj)
+        create_only["metadata"]["resourceVersion"] = CREATE_ONLY_VERSION
+        created = await c.kube.apply(copy.deepcopy(create_only))
+        assert created["metadata"]["resourceVersion"] != CREATE_ONLY_VERSION, kind
+        assert any(
+            e["manager"] == FIELD_MANAGER and e["operation"] == "Apply" for e in created["metadata"]["managedFields"]
+        ), kind
+        with pytest.raises(KubeError) as taken:
+            await c.kube.apply(copy.deepcopy(create_only))
+        assert taken.value.status == 409 and not taken.value.replaced, (kind, taken.value)
+        with pytest.raises(KubeError) as foreign:  # also when someone else's object is there
+            await c.kube.apply(copy.deepcopy(create_only), manager="another-team")
+        assert foreign.value.status == 409, (kind, foreign.value)
+        after = await c.kube.get(kind, c.namespace, "once")
+        assert after is not None and after["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
 SCENARIOS: list[Callable[[Cluster], Awaitable[None]]] = [
     apply_that_changes_nothing_writes_nothing,
     a_field_a_manager_stops_sending_goes_unless_another_owns_it,
@@ -367,4 +407,5 @@ SCENARIOS: list[Callable[[Cluster], Awaitable[None]]] = [
     status_merge_patches_remove_what_is_null,
     missing_objects_read_as_none,
     an_apply_carrying_a_uid_writes_only_the_object_with_that_uid,
+    an_apply_with_the_impossible_version_creates_only,
 ]

@@ -115,6 +115,14 @@ class Harness:
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         return [e for e in self.server.objects("Event", self.namespace) if reason is None or e["reason"] == reason]
 
+    def forget_applied(self) -> None:
+        """What a replica without a memory of its own does when the status holds no digest it can use (D192): the
+        next pass applies every child again."""
+        self.reconciler.applied.clear()
+        self.server.set_status(
+            KIND, self.namespace, self.name, {k: v for k, v in self.status.items() if k != "appliedDigest"}
+        )
+
     def settle(self, **ready: int) -> None:
         """What the workload controllers and kubelets would report once every pod runs: each Deployment and
         LeaderWorkerSet fully ready on its current generation. `ready` overrides the ready count by name."""

@@ -177,3 +177,8 @@ class DisaggDeploymentStatus(StatusModel):
         description="What the operator's autoscaler has learned (versioned JSON, not an API): whichever operator "
         "replica reconciles next continues from it.",
     )
+    applied_digest: str | None = Field(
+        default=None,
+        description="A digest of what the operator last applied to the children and of the versions those applies "
+        "returned (not an API): a replica taking over applies again only the children that are no longer so.",
+    )

@@ -4,8 +4,13 @@ A child is applied again when the desired object differs from what was applied l
 the version the apply returned (someone changed it: drift to repair), and in any case once `reapply_seconds` has
 passed since (a missed watch event cannot hide drift for longer). For a workload (Deployment, LeaderWorkerSet) a
 new version that changed only its status (same generation, same labels, annotations and owner references) is not
-a change: controllers write their status all the time. The memory is the process's: after a restart or a failover
-the first pass applies everything, as it should.
+a change: controllers write their status all the time.
+
+The memory is the process's, and it also leaves a trace in the DisaggDeployment's status (D192): `fingerprint`,
+a digest of what was applied to each child and the version each apply returned, goes into `status.appliedDigest`
+with the pass's status patch. A replica without a memory of its own (after a takeover, a restart) `restore`s the
+records when the children it would apply are exactly at those versions and it would send exactly the same: that
+proves the apply would change nothing, whoever made it. Otherwise its first pass applies everything, as before.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from disagg.names import DEPLOYMENT, LEADER_WORKER_SET
 
 from .cache import OwnerKey
+from .ownership import replicas_action
 
 STATUS_WRITTEN_BY_CONTROLLERS = frozenset({DEPLOYMENT.name, LEADER_WORKER_SET.name})
 
@@ -29,9 +35,25 @@ def digest(obj: Any) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode(), digest_size=16).hexdigest()
 
 
+def sent_digest(obj: dict[str, Any], elsewhere: bool, live: dict[str, Any] | None) -> str:
+    """The digest of what applying `obj` sends, the memo's key. Who holds the replicas decides what is sent
+    (ownership.py), so it is part of it; the preconditions are left out: the object they name is the live version
+    the memo compares."""
+    holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), live)
+    return digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
+
+
 def _metadata_digest(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return digest([metadata.get("labels"), metadata.get("annotations"), metadata.get("ownerReferences")])
+
+
+def _token(kind: str, version: str | None, generation: int | None, metadata: str) -> list[object]:
+    """What identifies the applied version: the resource version, or for a workload (whose controller writes its
+    status) the generation and metadata, as `unchanged` compares them."""
+    if kind in STATUS_WRITTEN_BY_CONTROLLERS:
+        return ["generation", generation, metadata]
+    return ["version", version]
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,54 @@ class AppliedMemo:
         self._records.setdefault(owner, {})[(kind, name)] = _Record(
             sent, metadata.get("resourceVersion"), metadata.get("generation"), _metadata_digest(applied), until
         )
+
+    def fingerprint(self, owner: OwnerKey) -> str | None:
+        """A digest of the records for the DisaggDeployment's children (None without any)."""
+        records = self._records.get(owner)
+        if not records:
+            return None
+        return digest(
+            sorted(
+                [kind, name, record.sent, *_token(kind, record.version, record.generation, record.metadata)]
+                for (kind, name), record in records.items()
+            )
+        )
+
+    def knows(self, owner: OwnerKey) -> bool:
+        return bool(self._records.get(owner))
+
+    def restore(self, owner: OwnerKey, fingerprint: str, children: list[tuple[str, str, str, dict[str, Any]]]) -> bool:
+        """Records for `children` ((kind, name, digest of what would be sent, live object)), taken as applied when
+        `fingerprint` (another replica's, from status) is exactly what they give: each is at the version that
+        replica's apply returned, and would be sent the same. False, and nothing recorded, otherwise."""
+        if self.knows(owner) or not children:
+            return False
+        candidate = digest(
+            sorted(
+                [
+                    kind,
+                    name,
+                    sent,
+                    *_token(
+                        kind,
+                        (live.get("metadata") or {}).get("resourceVersion"),
+                        (live.get("metadata") or {}).get("generation"),
+                        _metadata_digest(live),
+                    ),
+                ]
+                for kind, name, sent, live in children
+            )
+        )
+        if candidate != fingerprint:
+            return False
+        for kind, name, sent, live in children:
+            self.record(owner, kind, name, sent, live)
+        return True
+
+    def due(self, owner: OwnerKey) -> bool:
+        """Whether a child of the DisaggDeployment is due to be applied again anyway (`reapply_seconds`)."""
+        now = self.clock()
+        return any(now >= record.until for record in self._records.get(owner, {}).values())
 
     def drop(self, owner: OwnerKey, kind: str | None = None, name: str | None = None) -> None:
         if kind is None or name is None:

@@ -153,6 +153,15 @@ class Cache:
         entry = self._objects.get(kind, {}).get((namespace, name))
         return entry.version if entry is not None else None
 
+    def versions(self, kind: str, namespace: str, deployment: str) -> tuple[tuple[str, str | None], ...]:
+        """(name, resourceVersion) of the objects of `kind` labelled as the DisaggDeployment's, sorted by name:
+        what `owned` would return, identified without decoding it."""
+        names = self._owned.get(kind, {}).get((namespace, deployment))
+        if not names:
+            return ()
+        objects = self._objects[kind]
+        return tuple((name, objects[(namespace, name)].version) for name in sorted(names))
+
     def owned(self, kind: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
         """Objects of `kind` labelled as belonging to the DisaggDeployment, sorted by name."""
         names = sorted(self._owned.get(kind, {}).get((namespace, deployment), ()))

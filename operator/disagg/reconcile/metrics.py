@@ -57,6 +57,11 @@ APPLIES_SKIPPED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+APPLIED_RESTORED = Counter(
+    "disagg_applied_restored_total",
+    "DisaggDeployments whose memory of what was applied was taken from status after a takeover or a restart (D192).",
+    registry=REGISTRY,
+)
 CACHED_OBJECTS = Gauge(
     "disagg_cache_objects", "Objects in the operator's watch cache, by kind.", ["kind"], registry=REGISTRY
 )

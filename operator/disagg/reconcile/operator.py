@@ -190,11 +190,19 @@ async def lead(
     """Reconcile while this replica leads: wait for the caches, run the workers, stand down when the lease is lost,
     and campaign again."""
     while not stop.is_set():
-        if elector is not None and not await elector.acquire(stop):
-            if not stop.is_set():  # the election thread died (it logged why): exit, so the pod is restarted
-                log.error("leader election stopped; the operator exits")
-                stop.set()
-            return
+        if elector is not None:
+            # A standby renders ahead what it would reconcile after a takeover (D193).
+            preparing = asyncio.create_task(reconciler.prepare(), name="prepare")
+            try:
+                acquired = await elector.acquire(stop)
+            finally:
+                preparing.cancel()
+                await asyncio.gather(preparing, return_exceptions=True)
+            if not acquired:
+                if not stop.is_set():  # the election thread died (it logged why): exit, so the pod is restarted
+                    log.error("leader election stopped; the operator exits")
+                    stop.set()
+                return
         if elector is None or elector.took_over:
             reconciler.forget_writes()
         await _wait_synced(watched, stop)

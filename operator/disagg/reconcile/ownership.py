@@ -18,13 +18,20 @@ from disagg.names import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY
 
 from .children import FIELD_MANAGER
 
+CREATE_ONLY_VERSION = str(2**63 - 1)
+"""A resourceVersion no stored object has: versions are etcd revisions, a counter of writes (int64) that would need
+2**63 - 1 writes to get there. Sent with a server-side apply it makes the apply create-only (D191): an object at
+that name fails the version check with 409 Conflict before anything is written, and a missing one is created (the
+API server ignores the version of an object it creates)."""
+
 
 @dataclass(frozen=True)
 class Claim:
     """What the apply step may do with one desired child."""
 
-    action: Literal["create", "update", "conflict", "unknown"]
-    """"unknown": the object could not be read, so it is not written either."""
+    action: Literal["create", "absent", "update", "conflict", "unknown"]
+    """"absent": not in the cache as ours, and not read: created only if nothing is at that name (CREATE_ONLY_VERSION),
+    read and claimed only when something is. "unknown": the object could not be read, so it is not written either."""
     uid: str | None = None
     """For an update: the live object's uid, sent with the apply so that a same-named object created after our
     read is refused by the API server instead of being written."""

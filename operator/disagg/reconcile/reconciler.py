@@ -28,16 +28,17 @@ from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD,
 from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation, WorkloadPlan
 
 from . import metrics
-from .applied import AppliedMemo, digest
+from .applied import AppliedMemo, sent_digest
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
-from .ownership import Claim, claim, conflict_message, replicas_action, replicas_patch
+from .ownership import CREATE_ONLY_VERSION, Claim, claim, conflict_message, replicas_action, replicas_patch
 from .refusals import Refusals
 from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
+from .settled import Settled, SettledMemo, inputs
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .workqueue import Key, WorkQueue
 
@@ -49,6 +50,9 @@ REAPPLY_SECONDS = 3600.0
 """Unchanged children are applied again after this long anyway (applied.py)."""
 SCALER_STATE = "scalerState"
 """The status key holding the autoscaler's learned state (scaler_memory.py, D126)."""
+PHASES = ("Pending", "Progressing", "Ready", "Degraded", "Invalid")
+APPLIED_DIGEST = "appliedDigest"
+"""The status key holding the digest of what was applied to the children (applied.py, D192)."""
 
 
 def rfc3339_now() -> str:
@@ -57,6 +61,10 @@ def rfc3339_now() -> str:
 
 class RetryLater(Exception):
     """The pass hit something worth retrying soon (conflict, throttling, an unreachable API server)."""
+
+
+class _NamespaceTerminating(Exception):
+    """An apply was refused because the namespace is being deleted: the pass ends, nothing to report."""
 
 
 @dataclass
@@ -80,6 +88,8 @@ class PassState:
     serving: ServingReport | None = None
     held: str | None = None
     """The pairing revision a rollback holds the pools at (their previous pod templates), or None."""
+    sent: dict[ChildKey, str] = field(default_factory=dict)
+    """The core's digests of what applying each rendered child sends (`Core.sent`)."""
 
 
 def held_revision(previous: dict[str, Any], generation: int | None) -> str | None:
@@ -121,8 +131,12 @@ class Reconciler:
         self.queue = WorkQueue()
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
+        self._phase_counts: dict[str, int] = {}
+        for phase in PHASES:
+            metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(0)
         self.applied = AppliedMemo(reapply_seconds)
         self.cores = CoreMemo(installation=installation)
+        self.settled = SettledMemo()
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 
@@ -138,10 +152,10 @@ class Reconciler:
             self.serving.forget(key)
         self.known.discard(key)
         self.queue.forget(key)
-        self.phases.pop(key, None)
+        self._set_phase(key, None)
         self.applied.drop(key)
         self.cores.forget(key)
-        self._export_phases()
+        self.settled.drop(key)
 
     def stand_down(self) -> None:
         """This replica stopped leading: drop the queue; the keys stay known and are all reconciled on return."""
@@ -152,6 +166,7 @@ class Reconciler:
         scaler's in-process state may be out of date, so the first passes apply everything and the scaler resumes
         from status (D123, D126)."""
         self.applied.clear()
+        self.settled.clear()
         if self.autoscaler is not None:
             self.autoscaler.reset()
         if self.serving is not None:
@@ -162,6 +177,25 @@ class Reconciler:
         for key in sorted(self.known):
             self.queue.add(key, revisit=True)
         metrics.QUEUE_DEPTH.set(len(self.queue))
+
+    async def prepare(self, pause: float = 1.0) -> None:
+        """While this replica stands by (until cancelled): render every known DisaggDeployment it has not rendered
+        for its current spec, one at a time, so that after a takeover the first passes do not wait for rendering
+        (D193). The standby's watch cache already holds everything a pass reads; this adds what it computes."""
+        seen: dict[Key, str | None] = {}
+        while True:
+            current: dict[Key, str | None] = {}
+            for key in sorted(self.known):
+                version = self.cache.version(DISAGG_DEPLOYMENT.name, *key)
+                current[key] = version
+                if version is None or seen.get(key) == version:
+                    continue
+                owner = self.cache.get(DISAGG_DEPLOYMENT.name, *key)
+                if owner is not None and not owner["metadata"].get("deletionTimestamp"):
+                    self.cores.get(owner)  # a memo: renders only when the spec is new to it
+                await asyncio.sleep(0)  # the informers and kopf's watch keep the loop
+            seen = current
+            await asyncio.sleep(pause)
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
@@ -198,6 +232,7 @@ class Reconciler:
                 result = "degraded"
                 delay = self.queue.retry(key)
             else:
+                result = "unchanged" if outcome == "unchanged" else "ok"
                 self.queue.succeeded(key)
         except NotLeader as exc:
             result = "not_leader"  # the new leader reconciles it; nothing of this pass is reported
@@ -255,10 +290,18 @@ class Reconciler:
     # -- the pass itself: read, validate, plan, then apply -> prune -> observe -> status -> events -------------------
 
     async def reconcile(self, key: Key) -> str:
-        """Returns "ok", "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
+        """Returns "ok", "unchanged" (the last successful pass started from exactly what this one would read, so it
+        was not run, D190), "invalid", "gone", "refused" (RBAC hides a kind it needs; the informer requests every
         DisaggDeployment again once it may read it), or "retry" (a permanent-looking failure to revisit with
         backoff)."""
         namespace, name = key
+        current = inputs(self.cache, key, self.refusals.version)
+        settled = self.settled.get(key, current)
+        if settled is not None and self.applied.due(key):
+            settled = None  # a re-apply is due: the full pass
+        if settled is not None and not settled.timed:
+            return "unchanged"
+        self.settled.drop(key)
         owner = self.cache.get(DISAGG_DEPLOYMENT.name, namespace, name)
         if owner is None or owner["metadata"].get("deletionTimestamp"):
             self.forget(key)  # owner references let the garbage collector remove the children
@@ -268,63 +311,92 @@ class Reconciler:
         core = self.cores.get(owner)
         if isinstance(core, ValidationResult):
             metrics.RECONCILE_ERRORS.labels("invalid_spec").inc()
-            inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
-            await self._publish(owner, compute_status(inputs), [])
+            status_inputs = StatusInputs(generation, previous, self.clock(), problems=core.problems)
+            await self._publish(owner, compute_status(status_inputs), [])
+            self.settled.record(key, Settled(current, timed=False))
             return "invalid"
 
-        desired = core.desired()
-        refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
-        if refused:
-            await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
-            return "refused"
-        state = PassState(key, owner, core.plan, live=self._children(namespace, name))
+        state = PassState(key, owner, core.plan, live=self._children(namespace, name), sent=core.sent)
         state.held = held_revision(previous, generation) if core.plan.serving.gated else None
-        if await self._claim(state, desired):
-            if state.held is not None:
-                await self._hold_templates(state, desired, state.held)
-            if not await self._apply(state, desired):
-                return "gone"  # the namespace and everything in it is going away
-            await self._prune(state)
+        if settled is None:
+            desired = core.desired()
+            refused = self.refusals.blocking([obj["kind"] for obj in desired], namespace)
+            if refused:
+                await self._report_refused(owner, "; ".join(refusal.explain() for refusal in refused))
+                return "refused"
+            if await self._claim(state, desired):
+                if state.held is not None:
+                    await self._hold_templates(state, desired, state.held)
+                if not await self._apply(state, desired):
+                    return "gone"  # the namespace and everything in it is going away
+                if not state.conflicts:
+                    await self._prune(state)
+        # else: the children are as the last successful pass left them; only the timed steps run again.
         await self._observe(state, core.spec)
         await self._publish(owner, compute_status(self._status_inputs(state)), state.notices, state)
-        return "retry" if state.apply_errors or state.missing_apis or state.conflicts else "ok"
+        if state.apply_errors or state.missing_apis or state.conflicts:
+            return "retry"
+        self.settled.record(key, Settled(current, timed=self._timed(core.spec, core.plan)))
+        return "ok"
+
+    def _timed(self, spec: DisaggDeploymentSpec, plan: DeploymentPlan) -> bool:
+        """Whether a pass has steps that read the clock: the scaler's evaluations, the serving check's rounds."""
+        scaling = self.autoscaler is not None and bool(scaled_pools(spec))
+        return scaling or (self.serving is not None and plan.serving.mode != "Off")
 
     async def _claim(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
-        """Decide for every desired child whether it is ours to write (D70). A child the cache does not hold as ours
-        is read first (the watches see only labelled objects, so a foreign one at that name is not in the cache);
-        those reads run concurrently. False, with the conflicts recorded, when any name is taken by an object that is
-        not ours."""
-        namespace, name = state.key
-        owner_uid = state.owner["metadata"]["uid"]
-        unread = [obj for obj in desired if child_key(obj) not in state.live]
+        """Decide for every desired child whether it is ours to write (D70). A child the cache holds as ours is
+        judged on the cached copy. Any other is read first (the watches see only labelled objects, so a foreign one
+        at that name is not in the cache), concurrently, except in the first wave: those are created only if
+        nothing is at their name, and read only when something is (`_apply`, D191). False, with the conflicts
+        recorded, when any name read is taken by an object that is not ours."""
+        namespace = state.key[0]
+        unread = [obj for obj in desired if child_key(obj) not in state.live and obj["kind"] not in FIRST_WAVE]
         reads = await asyncio.gather(
             *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj in unread), return_exceptions=True
         )
         read = dict(zip((child_key(obj) for obj in unread), reads, strict=True))
         for obj in desired:
             key_of = child_key(obj)
-            live = read[key_of] if key_of in read else state.live.get(key_of)
-            if isinstance(live, KubeError):
-                if live.api_missing:
-                    continue  # the apply reports the missing API
-                what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
-                if live.transient:
-                    raise RetryLater(what) from live
-                # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
-                state.apply_errors.append(what)
-                state.claims[key_of] = Claim("unknown")
-                continue
-            if isinstance(live, BaseException):
-                raise live
-            decision = claim(live, owner_uid, name)
-            state.claims[key_of] = decision
+            if key_of in read:
+                self._judge(state, obj, read[key_of])
+            elif key_of in state.live:
+                self._judge(state, obj, state.live[key_of])
+            else:
+                state.claims[key_of] = Claim("absent")
+        self._note_conflicts(state)
+        return not state.conflicts
+
+    def _judge(
+        self, state: PassState, obj: dict[str, Any], live: dict[str, Any] | BaseException | None
+    ) -> Claim | None:
+        """Claim one desired child from what is at its name (None: nothing; an exception: the read failed), and
+        record a conflict or an unreadable object. None when the API is not served (the apply reports that)."""
+        key_of = child_key(obj)
+        if isinstance(live, KubeError):
+            if live.api_missing:
+                return None
+            what = f"reading {obj['kind']}/{obj['metadata']['name']}: {live}"
+            if live.transient:
+                raise RetryLater(what) from live
+            # Permanent (403, 422): whose object it is stays unknown, so it is not written; status says why.
+            state.apply_errors.append(what)
+            decision = Claim("unknown")
+        elif isinstance(live, BaseException):
+            raise live
+        else:
+            decision = claim(live, state.owner["metadata"]["uid"], state.key[1])
             if decision.action == "conflict":
                 state.conflicts.append(conflict_message(obj["kind"], obj["metadata"]["name"], decision.holder))
+        state.claims[key_of] = decision
+        return decision
+
+    def _note_conflicts(self, state: PassState) -> None:
         previous = _degraded_message(state.owner)
         if previous:  # Degraded already: no transition event will name a new conflict, so it gets an event of its own
-            new = [text for text in state.conflicts if text not in previous]
+            noticed = {notice.message for notice in state.notices if notice.reason == "NameConflict"}
+            new = [text for text in state.conflicts if text not in previous and text not in noticed]
             state.notices += [Notice("Warning", "NameConflict", text) for text in new]
-        return not state.conflicts
 
     async def _hold_templates(self, state: PassState, desired: list[dict[str, Any]], revision: str) -> None:
         """Keep the pool Deployments on the pod template of `revision` (from their ReplicaSets) instead of the
@@ -351,76 +423,156 @@ class Reconciler:
 
     async def _apply(self, state: PassState, desired: list[dict[str, Any]]) -> bool:
         """Server-side apply every desired object that is ours to write and changed: the first wave, then the rest,
-        each wave's objects concurrently. False when the namespace is being deleted."""
+        each wave's objects concurrently. A first-wave name found taken by an object the cache did not show (its
+        create-only apply answered 409, D191) is read and claimed then: ours, it is applied in the same pass; not
+        ours, it is a conflict and the later waves are not applied. False when the namespace is being deleted."""
         state.desired = {child_key(obj) for obj in desired}
-        owned_elsewhere = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
+        owned_elsewhere: set[ChildKey] = {(w.kind, w.name) for w in state.plan.workloads if w.replicas_owned_elsewhere}
         waves = [
             [obj for obj in desired if obj["kind"] in FIRST_WAVE],
             [obj for obj in desired if obj["kind"] not in FIRST_WAVE],
         ]
         created: list[str] = []
-        for wave in waves:
-            todo = []
-            for obj in wave:
-                key_of = child_key(obj)
-                decision = state.claims.get(key_of)
-                if decision is not None and decision.action == "unknown":
-                    continue  # reported by the claim step
-                elsewhere = key_of in owned_elsewhere
-                # Who holds the replicas decides what is sent (ownership.py), so it is part of what was applied.
-                holds = replicas_action(elsewhere, int(obj.get("spec", {}).get("replicas", 1)), state.live.get(key_of))
-                # The uid precondition is left out: the object it names is the live version the memo compares.
-                sent = digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
-                if self.applied.unchanged(
-                    state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)
-                ):
-                    metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
-                    continue
-                if decision is not None and decision.uid is not None:
-                    obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
-                todo.append((obj, sent))
-            results = await asyncio.gather(
-                *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
-            )
-            retry: RetryLater | None = None
-            for (obj, sent), result in zip(todo, results, strict=True):
-                key_of = child_key(obj)
-                if isinstance(result, NotLeader):
-                    raise result
-                if isinstance(result, KubeError):
-                    exc = result
-                    if exc.namespace_terminating:
-                        return False
-                    if exc.replaced:
-                        retry = retry or RetryLater(
-                            f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass"
-                        )
-                        continue
-                    if exc.api_missing:
-                        state.missing_apis.append(
-                            KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
-                        )
-                        continue
-                    if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
-                        retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                        continue
-                    # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
-                    # status must say so while the pass keeps being retried with backoff.
-                    state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
-                    continue
-                if isinstance(result, BaseException):
-                    raise result
-                metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
-                if key_of not in state.live:
-                    created.append(f"{obj['kind']} {obj['metadata']['name']}")
-                state.live[key_of] = result
-                self.cache.put(obj["kind"], result)
-                self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
-            if retry is not None:
-                raise retry
+        self._restore_applied(state, desired, owned_elsewhere)
+        try:
+            for wave in waves:
+                todo = self._changed(state, wave, owned_elsewhere)
+                taken = await self._send(state, todo, owned_elsewhere, created)
+                if taken:
+                    again = await self._claim_taken(state, taken)
+                    self._note_conflicts(state)
+                    await self._send(state, again, owned_elsewhere, created)
+                if state.conflicts:
+                    break
+        except _NamespaceTerminating:
+            return False
         if created:
             state.notices.append(Notice("Normal", "Created", f"created {', '.join(created)}"))
         return True
+
+    def _changed(
+        self, state: PassState, wave: list[dict[str, Any]], owned_elsewhere: set[ChildKey]
+    ) -> list[tuple[dict[str, Any], str]]:
+        """The objects of a wave to send, with the digest of what is sent (the applied memo's key), and their
+        preconditions set: the live uid for an update, the impossible version for a creation nobody read."""
+        todo = []
+        for obj in wave:
+            key_of = child_key(obj)
+            decision = state.claims.get(key_of)
+            if decision is not None and decision.action == "unknown":
+                continue  # reported by the claim step
+            sent = self._sent(state, obj, key_of in owned_elsewhere)
+            if self.applied.unchanged(state.key, obj["kind"], obj["metadata"]["name"], sent, state.live.get(key_of)):
+                metrics.APPLIES_SKIPPED.labels(obj["kind"]).inc()
+                continue
+            if decision is not None and decision.uid is not None:
+                obj["metadata"]["uid"] = decision.uid  # a precondition: never write a same-named replacement
+            elif decision is not None and decision.action == "absent":
+                obj["metadata"]["resourceVersion"] = CREATE_ONLY_VERSION  # never write over what is there
+            todo.append((obj, sent))
+        return todo
+
+    def _sent(self, state: PassState, obj: dict[str, Any], elsewhere: bool) -> str:
+        """What applying `obj` sends, as the applied memo's key: the core's, computed once per spec, unless the
+        pass changed the object (a rollback's templates) or an autoscaler holds its replicas."""
+        key_of = child_key(obj)
+        if not elsewhere and state.held is None and key_of in state.sent:
+            return state.sent[key_of]
+        return sent_digest(obj, elsewhere, state.live.get(key_of))
+
+    def _restore_applied(self, state: PassState, desired: list[dict[str, Any]], owned_elsewhere: set[ChildKey]) -> None:
+        """Without a memory of its own for this DisaggDeployment (after a takeover or a restart), take the one the
+        status carries if the children prove it (D192): the first pass then applies only what changed."""
+        fingerprint = (state.owner.get("status") or {}).get(APPLIED_DIGEST)
+        if not isinstance(fingerprint, str) or self.applied.knows(state.key):
+            return
+        children = []
+        for obj in desired:
+            key_of = child_key(obj)
+            live = state.live.get(key_of)
+            decision = state.claims.get(key_of)
+            if live is None or decision is None or decision.action != "update":
+                return  # a child to create (or not ours to write): not as the status says
+            children.append((key_of[0], key_of[1], self._sent(state, obj, key_of in owned_elsewhere), live))
+        if self.applied.restore(state.key, fingerprint, children):
+            metrics.APPLIED_RESTORED.inc()
+
+    async def _send(
+        self,
+        state: PassState,
+        todo: list[tuple[dict[str, Any], str]],
+        owned_elsewhere: set[ChildKey],
+        created: list[str],
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Apply `todo` concurrently and sort out each answer (D21). Returns the create-only applies that found
+        their name taken."""
+        results = await asyncio.gather(
+            *(self._apply_child(obj, child_key(obj) in owned_elsewhere) for obj, _ in todo), return_exceptions=True
+        )
+        retry: RetryLater | None = None
+        taken: list[tuple[dict[str, Any], str]] = []
+        for (obj, sent), result in zip(todo, results, strict=True):
+            key_of = child_key(obj)
+            if isinstance(result, NotLeader):
+                raise result
+            if isinstance(result, KubeError):
+                exc = result
+                if exc.namespace_terminating:
+                    raise _NamespaceTerminating()
+                decision = state.claims.get(key_of)
+                if exc.status == 409 and decision is not None and decision.action == "absent":
+                    taken.append((obj, sent))  # something is at that name: nothing was written
+                    continue
+                if exc.replaced:
+                    retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was replaced during the pass")
+                    continue
+                if exc.api_missing:
+                    state.missing_apis.append(
+                        KINDS[obj["kind"]].missing_hint or f"the {obj['kind']} API is not installed"
+                    )
+                    continue
+                if exc.transient and self.queue.failures(state.key) < TRANSIENT_BEFORE_REPORTING:
+                    retry = retry or RetryLater(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                    continue
+                # Permanent, or "transient" for too long (a full Service IP range answers 500 every time): the
+                # status must say so while the pass keeps being retried with backoff.
+                state.apply_errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            metrics.OBJECTS_APPLIED.labels(obj["kind"]).inc()
+            if key_of not in state.live:
+                created.append(f"{obj['kind']} {obj['metadata']['name']}")
+            state.live[key_of] = result
+            self.cache.put(obj["kind"], result)
+            self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
+        if retry is not None:
+            raise retry
+        return taken
+
+    async def _claim_taken(
+        self, state: PassState, taken: list[tuple[dict[str, Any], str]]
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Read and claim the objects found at first-wave names; returns those that are ours, to update (with their
+        uid as the precondition)."""
+        namespace = state.key[0]
+        reads = await asyncio.gather(
+            *(self.kube.get(obj["kind"], namespace, obj["metadata"]["name"]) for obj, _ in taken),
+            return_exceptions=True,
+        )
+        again = []
+        for (obj, sent), live in zip(taken, reads, strict=True):
+            del obj["metadata"]["resourceVersion"]
+            decision = self._judge(state, obj, live)
+            if decision is None or decision.action == "unknown" or decision.action == "conflict":
+                continue
+            if decision.action == "create":  # deleted again since the 409: the next pass creates it
+                raise RetryLater(f"{obj['kind']}/{obj['metadata']['name']} was deleted during the pass")
+            if isinstance(live, dict):
+                state.live[child_key(obj)] = live
+            obj["metadata"]["uid"] = decision.uid
+            again.append((obj, sent))
+        return again
 
     async def _apply_child(self, obj: dict[str, Any], owned_elsewhere: bool) -> dict[str, Any]:
         if not owned_elsewhere:
@@ -580,11 +732,14 @@ class Reconciler:
             memory = self.autoscaler.memory(state.key)
             if memory is not None:
                 report.status[SCALER_STATE] = memory
+        if state is not None:
+            fingerprint = self.applied.fingerprint(state.key)
+            if fingerprint is not None:
+                report.status[APPLIED_DIGEST] = fingerprint
         if not await self._write_status(owner, report):
             return
         # The metric follows the status at once, not after the (slower, best-effort) events.
-        self.phases[(owner["metadata"]["namespace"], owner["metadata"]["name"])] = report.phase
-        self._export_phases()
+        self._set_phase((owner["metadata"]["namespace"], owner["metadata"]["name"]), report.phase)
         await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
@@ -615,12 +770,18 @@ class Reconciler:
                     "could not record event %s for %s/%s: %s", notice.reason, namespace, owner["metadata"]["name"], exc
                 )
 
-    def _export_phases(self) -> None:
-        counts: dict[str, int] = {}
-        for phase in self.phases.values():
-            counts[phase] = counts.get(phase, 0) + 1
-        for phase in ("Pending", "Progressing", "Ready", "Degraded", "Invalid"):
-            metrics.DEPLOYMENTS_BY_PHASE.labels(phase).set(counts.get(phase, 0))
+    def _set_phase(self, key: Key, phase: str | None) -> None:
+        """Record a DisaggDeployment's phase (None: it is gone) and export the counts that changed; counted as they
+        change, not over every DisaggDeployment on every pass."""
+        before = self.phases.pop(key, None)
+        if phase is not None:
+            self.phases[key] = phase
+        if before == phase:
+            return
+        for name, change in ((before, -1), (phase, 1)):
+            if name is not None:
+                self._phase_counts[name] = self._phase_counts.get(name, 0) + change
+                metrics.DEPLOYMENTS_BY_PHASE.labels(name).set(self._phase_counts[name])
 
 
 def _serving_inputs(report: ServingReport | None) -> dict[str, Any]:

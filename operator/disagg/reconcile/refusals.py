@@ -58,12 +58,17 @@ class Refusals:
 
     def __init__(self) -> None:
         self._by_scope: dict[tuple[str, str | None], Refusal] = {}
+        self.version = 0
+        """Counts the changes to the table: a pass that read it at an older version may decide otherwise now."""
 
     def record(self, refusal: Refusal) -> None:
+        if self._by_scope.get((refusal.kind.name, refusal.namespace)) != refusal:
+            self.version += 1
         self._by_scope[(refusal.kind.name, refusal.namespace)] = refusal
 
     def clear(self, kind: Kind, namespace: str | None) -> None:
-        self._by_scope.pop((kind.name, namespace), None)
+        if self._by_scope.pop((kind.name, namespace), None) is not None:
+            self.version += 1
 
     def blocking(self, kinds: Iterable[str], namespace: str) -> list[Refusal]:
         """The refusals that hide children of `kinds` in `namespace`, in the order of `kinds`."""

@@ -21,7 +21,7 @@ from disagg.plan import build_plan
 from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
 from disagg.render import render_plan
 
-from .applied import digest
+from .applied import digest, sent_digest
 from .cache import OwnerKey
 
 log = logging.getLogger("disagg.reconcile")
@@ -33,6 +33,9 @@ class Core:
     plan: DeploymentPlan
     texts: tuple[str, ...]
     """The rendered objects as JSON, in apply order."""
+    sent: dict[tuple[str, str], str]
+    """Per (kind, name): the digest of what applying the object as rendered sends (`applied.sent_digest`), for the
+    children whose replicas no autoscaler holds: the applied memo's key, computed once per spec, not per pass."""
 
     def desired(self) -> list[dict[str, Any]]:
         return [json.loads(text) for text in self.texts]
@@ -53,8 +56,10 @@ def compute(
         if result.deployment is None:
             return result
         plan = build_plan(result.deployment, namespace, installation)
-        texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in render_plan(plan))
-        return Core(result.deployment.spec, plan, texts)
+        objects = render_plan(plan)
+        texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in objects)
+        sent = {(obj["kind"], obj["metadata"]["name"]): sent_digest(obj, False, None) for obj in objects}
+        return Core(result.deployment.spec, plan, texts, sent)
     except Exception as exc:
         log.exception("rendering %s/%s failed", namespace, (owner.get("metadata") or {}).get("name"))
         problem = Problem(

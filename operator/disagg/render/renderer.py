@@ -52,16 +52,48 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        auto_reload=False,  # package files: checking their mtimes on every render was a stat per template
     )
     environment.filters["tojson"] = yaml_json
     return environment
+
+
+_STR, _MAP, _SEQ = ("tag:yaml.org,2002:" + name for name in ("str", "map", "seq"))
+
+
+def _construct(loader: Any, node: yaml.Node) -> Any:
+    """What `loader.construct_document(node)` returns, faster for what templates produce: strings, maps with string
+    keys and lists are built here (PyYAML's constructor spends most of reading a rendered object on them); every
+    other node (numbers, booleans, nulls, and any map with a key that is not a plain string, such as a merge key) is
+    left to PyYAML's own constructor."""
+    if isinstance(node, yaml.ScalarNode) and node.tag == _STR:
+        return node.value
+    if isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
+        return [_construct(loader, item) for item in node.value]
+    if (
+        isinstance(node, yaml.MappingNode)
+        and node.tag == _MAP
+        and all(isinstance(key, yaml.ScalarNode) and key.tag == _STR for key, _ in node.value)
+    ):
+        return {key.value: _construct(loader, value) for key, value in node.value}
+    return loader.construct_document(node)
+
+
+def read_yaml(text: str) -> Any:
+    """`yaml.load(text, Loader=CSafeLoader)`, with the common nodes built by `_construct`."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        return None if node is None else _construct(loader, node)
+    finally:
+        loader.dispose()
 
 
 @lru_cache(maxsize=256)
 def _parsed(text: str) -> Any:
     """Reading the YAML back is two thirds of rendering, and most passes render the very texts of the last pass
     (children that did not change), for every DisaggDeployment; so a text is read once."""
-    return yaml.load(text, Loader=_Loader)
+    return read_yaml(text)
 
 
 def _copy(value: Any) -> Any:

@@ -7,6 +7,7 @@ of the rules (e2e/rbac, the chart, manifests/install.yaml) must equal the derive
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ import yaml
 
 from disagg.api.validate import validate_deployment
 from disagg.metrics_sources.direct import DirectSource
-from disagg.names import CHILD_KINDS
+from disagg.names import CHILD_KINDS, FIRST_WAVE
 from disagg.reconcile.access import (
     CLUSTER,
     LEADER_ELECTION,
@@ -99,6 +100,17 @@ async def scenario_accesses() -> set[Access]:
     h = harness(store, server)
     await h.reconcile()
     await h.reconcile()  # the replicas hand-over reads the LeaderWorkerSet
+    # The same again under another name, whose first-wave names are taken by objects the watch cache does not
+    # show: their create-only applies are refused, and each is read to claim it (D191).
+    taken = copy.deepcopy(store)
+    taken["metadata"]["name"] = "t"
+    validated = validate_deployment(taken).deployment
+    assert validated is not None
+    for obj in render_deployment(validated, NAMESPACE):
+        if obj["kind"] in FIRST_WAVE:
+            obj["metadata"] = {"name": obj["metadata"]["name"], "namespace": NAMESPACE}
+            server.create(obj, manager="someone-else")
+    await harness(taken, server).reconcile()
 
     # Prune every child kind: no store (ConfigMap, its Deployment and Service), single-node pools (the
     # LeaderWorkerSet goes), a custom router (the router's ServiceAccount, Role and RoleBinding go).

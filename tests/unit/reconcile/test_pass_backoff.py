@@ -178,9 +178,9 @@ async def test_an_unexpected_exception_is_reported_in_status(monkeypatch: pytest
 async def test_a_pass_that_keeps_failing_before_its_status_step_is_reported_after_a_few_tries() -> None:
     """An API server that times out reading a child to claim it (D70, D150) fails every pass before anything is
     applied: first retried quietly, then said in status. (The pass lists nothing: the children come from the watch
-    cache, D121, so the read that fails is the claim's, of a child not created yet.)"""
+    cache, D121, so the read that fails is the claim's, of a second-wave child not created yet, D191.)"""
     h = harness(deployment_document(MINIMAL))
-    h.server.fail(503, "etcdserver: request timed out", method="GET", kind="Service", name="m", times=None)
+    h.server.fail(503, "etcdserver: request timed out", method="GET", kind="Deployment", name="m-prefill", times=None)
     for attempt in range(3):
         await one_pass(h)
         assert "status" not in h.owner(), attempt
