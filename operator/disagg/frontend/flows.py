@@ -226,15 +226,6 @@ def _headers(request_id: str, extra: Mapping[str, str] | None = None) -> dict[st
     return headers
 
 
-ENGINE_ID_PREFIX: dict[ApiKind, str] = {"completions": "cmpl-", "chat": "chatcmpl-", "generate": "generate-tokens-"}
-"""How vLLM's OpenAI and generate servers turn X-Request-Id into the engine's request id (before its suffix)."""
-
-
-def engine_request_id(api: ApiKind, request_id: str) -> str:
-    """The engine-side id of a request, without the `-<8 hex>` vLLM appends (`assign_request_id`)."""
-    return ENGINE_ID_PREFIX[api] + request_id + ("-0" if api == "completions" else "")
-
-
 def dp_rank(engine: Engine, nonce: str) -> int | None:
     """The data-parallel rank a concurrent flow pins a multi-rank prefill engine to (None with one rank): decode
     must be told which rank holds the KV before prefill has run, so the frontend chooses it."""
@@ -250,21 +241,25 @@ def _rank_headers(rank: int | None) -> dict[str, str]:
     return {} if rank is None else {DP_RANK_HEADER: str(rank)}
 
 
-def push_coordinates(prefill: Engine, api: ApiKind, request_id: str, rank: int | None = None) -> dict[str, Any] | None:
+def push_coordinates(prefill: Engine, rank: int | None = None) -> dict[str, Any] | None:
     """The prefill coordinates a push decode registers with, or None when the engine id is unknown.
 
-    `remote_request_id` is required: decode's `add_new_req_to_recv` reads it without a default (a KeyError kills
-    the engine core). Prefill's real id carries a random suffix no one knows before it runs, so this is the id
-    without it: decode's lease heartbeats (exact match) then extend nothing, and prefill's `kv_lease_duration`
-    alone must cover the push. With data-parallel ranks, `rank` names the one prefill runs on: it listens on
-    the side-channel base port plus its rank."""
+    `remote_request_id` must be present (decode's `add_new_req_to_recv` reads it without a default; a KeyError kills
+    the engine core) and is None on purpose (D200): vLLM 0.32's decode starts lease heartbeats toward prefill only
+    when it is set, and its first heartbeat opens a *full* handshake with prefill (descriptors for every prefill
+    block, which push never reads; the heartbeat asks for a notif-only one only with PP > 1), racing the notif-only
+    handshake the PUSH_REG needs and delaying it on a loaded CPU node. The heartbeats could not help anyway: prefill's
+    real id has a random suffix no one knows before it runs and they match exactly, so prefill's
+    `kv_lease_duration` alone covers the push.
+    With data-parallel ranks, `rank` names the one prefill runs on: it listens on the side-channel base port plus
+    its rank."""
     if not prefill.engine_id:
         return None
     return {
         "do_remote_prefill": True,
         "do_remote_decode": False,
         "remote_engine_id": rank_engine_id(prefill.engine_id, rank),
-        "remote_request_id": engine_request_id(api, request_id),
+        "remote_request_id": None,
         "remote_host": prefill.host,
         "remote_port": prefill.side_channel_port + (rank or 0),
         "tp_size": prefill.tp_size,
@@ -316,7 +311,7 @@ def plan(
     capture = conversation is not None
     decode_streams = client_stream and not capture
     if flow == "push":
-        coordinates = push_coordinates(pair.prefill, api, request_id, rank)
+        coordinates = push_coordinates(pair.prefill, rank)
         if coordinates is not None:
             coordinates["transfer_id"] = nonce
             decode = Leg(

@@ -172,11 +172,24 @@ def test_push_dispatches_both_legs_with_prefill_coordinates() -> None:
     assert kv["tp_size"] == 2
     assert kv["pp_size"] == 1
     # metadata.add_new_req_to_recv reads these without a default too (a KeyError kills decode's engine core).
-    assert kv["remote_block_ids"] is None and kv["remote_request_id"] == f"cmpl-{NONCE}-0"
+    assert "remote_request_id" in kv and kv["remote_block_ids"] is None
     assert kv["do_remote_prefill"] is True and kv["do_remote_decode"] is False
     assert p.prefill.body["kv_transfer_params"]["do_remote_decode"] is True
     assert p.prefill.headers["X-Request-Id"] == p.decode.headers["X-Request-Id"] == NONCE
     assert kv["transfer_id"] == p.prefill.body["kv_transfer_params"]["transfer_id"] == NONCE
+
+
+def test_push_decode_starts_no_heartbeat_handshake_toward_prefill() -> None:
+    """D200: vLLM 0.32's decode (nixl/base_scheduler.py `on_new_request`) tracks lease heartbeats only when all of
+    these are set, and its first heartbeat opens a full handshake with prefill (every prefill block's descriptors)
+    that push never uses and that delayed the PUSH_REG past prefill's lease in pods. The key must stay present."""
+    heartbeat_needs = ("remote_engine_id", "remote_request_id", "remote_host", "remote_port", "tp_size")
+    for api in ("completions", "chat"):
+        p = plan("push", request(api=api), PAIR, NONCE)
+        assert p.decode is not None
+        kv = p.decode.body["kv_transfer_params"]
+        assert all(name in kv for name in heartbeat_needs)
+        assert [name for name in heartbeat_needs if kv[name] is None] == ["remote_request_id"]
 
 
 def test_push_request_ids_match_as_the_push_worker_matches_them() -> None:
