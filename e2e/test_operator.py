@@ -271,7 +271,13 @@ def test_a_name_taken_by_an_object_it_did_not_create_is_reported_and_never_writt
             )["items"]
         ),
     )
-    assert children(kube_cluster, namespace, "qwen3-32b") == {}, "nothing is applied while a name is taken"
+    # The first wave is created create-only (D191): what was created before the taken name answered 409 stays, owned
+    # by the DisaggDeployment; nothing that runs or binds (the second wave, read first) is applied.
+    made = children(kube_cluster, namespace, "qwen3-32b")
+    assert {kind for kind, _ in made} <= {"ServiceAccount", "Role", "ConfigMap", "Service"}, sorted(made)
+    for obj in made.values():
+        owners = obj["metadata"].get("ownerReferences") or []
+        assert [(o["kind"], o["name"]) for o in owners] == [("DisaggDeployment", "qwen3-32b")], obj["metadata"]
     after = kube_cluster.get("service", "qwen3-32b", "-n", namespace)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert not after["metadata"].get("ownerReferences")
