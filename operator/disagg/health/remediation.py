@@ -21,7 +21,7 @@ with a new name and address, that every peer handshakes with afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -76,7 +76,8 @@ def memory_from_status(recorded: object) -> Memory:
     if not isinstance(recorded, Mapping):
         return Memory()
     unrecovered = recorded.get("unrecovered")
-    count = unrecovered if isinstance(unrecovered, int) and not isinstance(unrecovered, bool) and unrecovered > 0 else 0
+    # bool is an int subclass; True is not a count.
+    count = unrecovered if isinstance(unrecovered, int) and type(unrecovered) is not bool and unrecovered > 0 else 0
     last: float | None = None
     text = recorded.get("lastReplacementTime")
     if isinstance(text, str):
@@ -211,26 +212,23 @@ def _returning_serving_nothing(
 
 
 def _alive_up(key: PairId, pods: Mapping[str, EnginePod]) -> bool:
-    prefill, decode = pods.get(key.prefill), pods.get(key.decode)
-    return bool(
-        prefill
-        and decode
-        and prefill.restarts == key.prefill_restarts
-        and decode.restarts == key.decode_restarts
-        and prefill.up
-        and decode.up
-    )
+    return _same_incarnations(key, pods, lambda pod: pod.up)
 
 
 def _current(key: PairId, pods: Mapping[str, EnginePod]) -> bool:
+    return _same_incarnations(key, pods, lambda pod: pod.routable)
+
+
+def _same_incarnations(key: PairId, pods: Mapping[str, EnginePod], usable: Callable[[EnginePod], bool]) -> bool:
+    """Both engines of the pair are the incarnations it was probed with (same restart counts) and usable."""
     prefill, decode = pods.get(key.prefill), pods.get(key.decode)
     return bool(
         prefill
         and decode
         and prefill.restarts == key.prefill_restarts
         and decode.restarts == key.decode_restarts
-        and prefill.routable
-        and decode.routable
+        and usable(prefill)
+        and usable(decode)
     )
 
 

@@ -41,6 +41,14 @@ def gate(h: Any, name: str) -> dict[str, Any]:
     return next((c for c in pod["status"]["conditions"] if c["type"] == SERVING_GATE), {})
 
 
+def old_revision_pods(h: Any) -> None:
+    """A prefill and a decode engine of pairing revision "old" (gated) and a frontend, settled into the cache."""
+    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
+        create_pod(h.server, "m", name, role, gated=True, revision="old")
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
+    h.settle()
+
+
 def reasons(h: Any) -> list[str]:
     return [e["reason"] for e in h.events() if e["reason"] not in ("Created",)]
 
@@ -338,10 +346,7 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     new = h.status["pairingRevision"]  # the planner's revision (plan/pairing.py), on the new pod templates
     assert new and h.status["rollout"]["revision"] == new
     # The old revision serves.
-    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        create_pod(h.server, "m", name, role, gated=True, revision="old")
-    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
-    h.settle()
+    old_revision_pods(h)
     await h.reconcile()
     kubelet(h.server)
     clock.now += 10
@@ -375,10 +380,7 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
-    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        create_pod(h.server, "m", name, role, gated=True, revision="old")
-    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
-    h.settle()
+    old_revision_pods(h)
     await h.reconcile()
     kubelet(h.server)
     clock.now += 10
@@ -433,10 +435,7 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
                 "spec": {"template": template},
             }
         )
-    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        create_pod(h.server, "m", name, role, gated=True, revision="old")
-    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
-    h.settle()
+    old_revision_pods(h)
     await h.reconcile()
     kubelet(h.server)
     frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
@@ -480,10 +479,7 @@ async def test_without_rollback_a_stuck_rollout_keeps_the_spec_templates() -> No
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
     before = h.server.get("Deployment", NAMESPACE, "m-decode")["spec"]["template"]
-    for name, role in (("m-prefill-old", "prefill"), ("m-decode-old", "decode")):
-        create_pod(h.server, "m", name, role, gated=True, revision="old")
-    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
-    h.settle()
+    old_revision_pods(h)
     kubelet(h.server)
     frontend.behaviour = lambda p, d: p.endswith("old")
     for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
