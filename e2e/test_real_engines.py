@@ -108,6 +108,11 @@ def _engine_metrics(kube: KubeCluster, served: Served, role: str) -> dict[str, f
     return totals
 
 
+def _restarts(kube: KubeCluster, served: Served, role: str) -> int:
+    (pod,) = _pods(kube, served, role)
+    return sum(int(status["restartCount"]) for status in pod["status"]["containerStatuses"])
+
+
 REFUSED_PATIENCE = 180.0  # how long a refused connection is retried (see _post)
 
 
@@ -180,6 +185,7 @@ def test_every_engine_and_router_pod_runs_with_passing_probes(kube_cluster: Kube
 def test_requests_through_the_endpoint_are_prefilled_then_decoded_from_kv_moved_over_nixl(
     kube_cluster: KubeCluster, served: Served
 ) -> None:
+    restarts_before = {role: _restarts(kube_cluster, served, role) for role in ("prefill", "decode")}
     before = {role: _engine_metrics(kube_cluster, served, role) for role in ("prefill", "decode")}
     prompt_tokens = 0
     completion_tokens = 0
@@ -209,6 +215,9 @@ def test_requests_through_the_endpoint_are_prefilled_then_decoded_from_kv_moved_
     completion_tokens += chunks[-1]["usage"]["completion_tokens"]
 
     after = {role: _engine_metrics(kube_cluster, served, role) for role in ("prefill", "decode")}
+    # A restarted engine's counters start again at 0, and every delta below would be wrong for a reason they hide.
+    restarts_after = {role: _restarts(kube_cluster, served, role) for role in ("prefill", "decode")}
+    assert restarts_after == restarts_before, f"an engine restarted while serving: {restarts_before}, {restarts_after}"
 
     def delta(role: str, key: str) -> float:
         return after[role].get(key, 0.0) - before[role].get(key, 0.0)
