@@ -69,7 +69,10 @@ test: dev node-packages ## everything CI runs: lint, unit, contract and e2e (the
 		( $(RUN) python -m e2e.images build >"$(IMAGES_PREFETCH_LOG)" 2>&1 \
 			|| echo "make test: the background image build failed; the e2e suite builds again and reports it" ) & \
 	fi; \
-	$(MAKE) --no-print-directory lint unit contract \
+	$(MAKE) --no-print-directory lint \
+		|| { echo "make test: lint failed (background builds may still run)"; exit 1; }; \
+	echo "make test: the unit and contract tiers side by side (each prints when it ends)"; \
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit contract \
 		|| { echo "make test: failed before the e2e suite (background builds may still run; logs above)"; exit 1; }; \
 	echo "make test: waiting for the control plane build"; \
 	wait $$build || { echo "make test: the control plane build failed:"; tail -n 60 "$(CLUSTER_BUILD_LOG)"; exit 1; }; \
