@@ -124,6 +124,8 @@ class SimEngine:
     handshakes: dict[str, int] = field(default_factory=dict)
     """remote engine id -> its incarnation when this engine handshook with it (what vLLM's agent cache holds)."""
     served: int = 0
+    aborted: int = 0
+    """Requests whose client closed the connection before the answer (vLLM aborts those: it stops computing them)."""
     counters: dict[str, float] = field(default_factory=dict)
     blocks: dict[str, Blocks] = field(default_factory=dict)
     prefix: set[str] = field(default_factory=set)
@@ -231,9 +233,12 @@ class SimEngine:
         self.log.append({"api": api, "request_id": internal, "kv_transfer_params": params, "stream": stream})
         try:
             outcome = await self._run(internal, prompt, max_tokens, params)
+            return await self._answer(request, api, internal, prompt, outcome, stream, body)
         except SimError as e:
             return web.json_response({"error": {"message": str(e), "code": e.status}}, status=e.status)
-        return await self._answer(request, api, internal, prompt, outcome, stream, body)
+        except asyncio.CancelledError:
+            self.aborted += 1
+            raise
 
     async def _answer(
         self,
@@ -670,7 +675,8 @@ async def serve_engines(engines: list[SimEngine]) -> AsyncIterator[list[str]]:
     urls = []
     try:
         for engine in engines:
-            runner = web.AppRunner(engine.app(), access_log=None)
+            # A client that goes away cancels its handler, as vLLM's server aborts a request whose client left.
+            runner = web.AppRunner(engine.app(), access_log=None, handler_cancellation=True)
             await runner.setup()
             site = web.TCPSite(runner, engine.host, engine.http_port or 0)
             await site.start()

@@ -9,6 +9,11 @@
 3. Memory over 100k conversations: bidirectional flow, every request a new conversation, a 5 s conversation TTL;
    the frontend's RSS is sampled every 10k requests.
 Every process runs on this machine; the engines are e2e/pdsim.py in one process. Run: python bench/frontend/bench.py
+
+`--pin` (the default on a machine with at least two CPUs) gives the proxy under test (our frontend, or vllm-router
+in its turn) CPU 0 and everything else (the simulator, the load generator) the others, as a frontend pod with a
+whole-CPU request gets a core of its own under the kubelet's static CPU manager policy: the figures are then the
+proxy's own, not its wait for a core the load generator holds. `--no-pin` measures everything sharing every CPU.
 """
 
 from __future__ import annotations
@@ -50,12 +55,27 @@ def wait(url: str, timeout: float = 60) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+PROXY_CPUS: set[int] | None = None  # the proxy's CPUs under --pin; None: no pinning
+OTHER_CPUS: set[int] | None = None
+
+
+def pin(cpus: set[int] | None) -> None:
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
 class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    def start(self, argv: list[str], cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            preexec_fn=(lambda: pin(cpus)) if cpus is not None else None,
+        )
         self.procs.append(proc)
         return proc
 
@@ -73,7 +93,7 @@ class Procs:
 def sims(procs: Procs, connector: str, itl: float, bidirectional: bool = False) -> tuple[str, str]:
     p, d = free_port(), free_port()
     argv = [sys.executable, str(HERE / "sims.py"), connector, str(p), str(d), str(itl)]
-    procs.start([*argv, "--bidirectional"] if bidirectional else argv)
+    procs.start([*argv, "--bidirectional"] if bidirectional else argv, OTHER_CPUS)
     wait(f"http://127.0.0.1:{p}/health")
     wait(f"http://127.0.0.1:{d}/health")
     return f"http://127.0.0.1:{p}", f"http://127.0.0.1:{d}"
@@ -102,7 +122,8 @@ def frontend(procs: Procs, flow: str, prefill: str, decode: str, *extra: str) ->
             "--decode",
             decode,
             *extra,
-        ]
+        ],
+        PROXY_CPUS,
     )
     wait(f"http://127.0.0.1:{port}/health")
     return f"http://127.0.0.1:{port}", proc.pid
@@ -129,7 +150,8 @@ def router(procs: Procs, prefill: str, decode: str) -> str:
             str(free_port()),
             "--log-level",
             "error",
-        ]
+        ],
+        PROXY_CPUS,
     )
     wait(f"http://127.0.0.1:{port}/health", timeout=120)
     return f"http://127.0.0.1:{port}"
@@ -322,7 +344,13 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument("--only", choices=["latency", "throughput", "memory"])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=len(os.sched_getaffinity(0)) >= 2)
     args = parser.parse_args()
+    if args.pin:
+        global PROXY_CPUS, OTHER_CPUS
+        cpus = sorted(os.sched_getaffinity(0))
+        PROXY_CPUS, OTHER_CPUS = {cpus[0]}, set(cpus[1:])
+        pin(OTHER_CPUS)  # the load generator itself
     results: dict[str, Any] = {"args": vars(args) | {"out": str(args.out)}}
     for name, fn in (("latency", latency), ("throughput", throughput), ("memory", memory)):
         if args.only in (None, name):

@@ -96,7 +96,7 @@ async def serve(
     try:
         if source is not None:
             await source.start()
-        main = web.AppRunner(frontend.app(admin=admin_port == 0), access_log=None, handle_signals=False)
+        main = frontend.runner(admin=admin_port == 0)
         await main.setup()
         await web.TCPSite(main, host, port, backlog=4096, reuse_address=True).start()
         runners.append(main)

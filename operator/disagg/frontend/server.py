@@ -106,6 +106,11 @@ class Frontend:
             self.add_admin_routes(app)
         return app
 
+    def runner(self, admin: bool) -> web.AppRunner:
+        """The OpenAI endpoint's server. A client that goes away cancels its request's handler, and with it the
+        engine legs in flight, so the engines abort them instead of computing answers nobody reads."""
+        return web.AppRunner(self.app(admin), access_log=None, handle_signals=False, handler_cancellation=True)
+
     def admin_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/health", self._health)
@@ -426,9 +431,15 @@ class Frontend:
             )
         self.metrics.at(self.metrics.kv_handoffs, labels, "concurrent").inc()
         prefill_task = asyncio.ensure_future(self._prefill(plan, labels, deadline))
-        return await self._decode(
-            plan, creq, decode_leg, labels, deadline, headers, generate_request, prefill_task, timing
-        )
+        try:
+            return await self._decode(
+                plan, creq, decode_leg, labels, deadline, headers, generate_request, prefill_task, timing
+            )
+        except asyncio.CancelledError:
+            # The client left while both legs ran: the decode call was cancelled with the handler, prefill's is not
+            # awaited by it and would run on.
+            prefill_task.cancel()
+            raise
 
     async def _decode(
         self,
@@ -471,7 +482,7 @@ class Frontend:
             if prefill_task is not None:
                 decode_call = asyncio.ensure_future(call)
                 waiters: list[asyncio.Future[Any]] = [decode_call, prefill_task]
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                await _wait_first(waiters, cancel_on_exit=decode_call)
                 if prefill_task.done() and (failed := await prefill_failure()) is not None:
                     decode_call.cancel()
                     with contextlib.suppress(BaseException):
@@ -514,7 +525,7 @@ class Frontend:
         opened = asyncio.ensure_future(self.client.open(leg, deadline - self.clock()))
         if prefill_task is not None:
             pending: list[asyncio.Future[Any]] = [opened, prefill_task]
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            await _wait_first(pending, cancel_on_exit=opened)
             if prefill_task.done() and (failed := await prefill_failure()) is not None:
                 opened.cancel()
                 with contextlib.suppress(BaseException):
@@ -814,6 +825,16 @@ async def _first_chunk_timed(
 async def _iterate(events: list[bytes]) -> AsyncIterator[bytes]:
     for event in events:
         yield event
+
+
+async def _wait_first(futures: list[asyncio.Future[Any]], cancel_on_exit: asyncio.Future[Any]) -> None:
+    """Wait for the first of `futures`; if the wait itself is cancelled (the client left), `cancel_on_exit` is
+    cancelled too: asyncio.wait never cancels what it waits for, and that leg would run on for nobody."""
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        cancel_on_exit.cancel()
+        raise
 
 
 async def _guarded(

@@ -107,7 +107,7 @@ async def stack(
         frontend = Frontend(config, **kwargs)
         frontend.set_engines(engines if engines is not None else engines_for(prefills, decodes, revisions))
         await frontend.start()
-        runner = web.AppRunner(frontend.app(admin=True), access_log=None)
+        runner = frontend.runner(admin=True)
         await runner.setup()
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()

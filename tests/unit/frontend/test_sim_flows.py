@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 import aiohttp
 import pytest
 from e2e.pdsim import SimError, serve_engines
 
-from tests.unit.frontend.harness import config, engines_for, free_port, sim_engines, stack
+from tests.unit.frontend.harness import Stack, config, engines_for, free_port, sim_engines, stack
 
 PROMPT = " ".join(f"w{i}" for i in range(100))
 
@@ -103,6 +104,41 @@ async def test_push_prefill_failure_ends_the_decode_leg() -> None:
         elapsed = asyncio.get_running_loop().time() - started
     # Decode would wait for a push until its registration timeout (30 s here); the frontend ends it at once.
     assert status == 503 and "prefill engine died" in json.dumps(data) and elapsed < 5
+
+
+async def _give_up(s: Stack, body: dict[str, object], after: float) -> None:
+    """Send `body` and close the connection after `after` seconds, as a client whose timeout fired."""
+    timeout = aiohttp.ClientTimeout(total=after)
+    with pytest.raises(asyncio.TimeoutError):
+        async with s.session.post(s.url + "/v1/completions", json=body, timeout=timeout) as r:
+            await r.read()
+
+
+async def _until(condition: Callable[[], bool], what: Callable[[], object], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"the engines never saw the client leave: {what()}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_leaves_aborts_both_push_legs(stream: bool) -> None:
+    # Prefill computes for 3 s and decode waits for its push: both legs are in flight when the client leaves.
+    prefills, decodes = sim_engines("nixl-push", push_timeout=30, prefill_base_seconds=3.0)
+    async with stack(config(flow="push"), prefills, decodes) as s:
+        await _give_up(s, {"prompt": PROMPT, "max_tokens": 4, "stream": stream}, after=0.5)
+        aborted = lambda: (prefills[0].aborted, decodes[0].aborted)  # noqa: E731
+        await _until(lambda: aborted() == (1, 1), aborted)
+    assert prefills[0].served == 1 and decodes[0].served == 1
+
+
+async def test_a_client_that_leaves_during_prefill_aborts_it_and_sends_no_decode_leg() -> None:
+    prefills, decodes = sim_engines("nixl", prefill_base_seconds=3.0)
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+        await _give_up(s, {"prompt": PROMPT, "max_tokens": 4}, after=0.5)
+        await _until(lambda: prefills[0].aborted == 1, lambda: prefills[0].aborted)
+        await asyncio.sleep(0.2)
+    assert decodes[0].served == 0
 
 
 async def test_bidirectional_second_turn_reads_the_history_back_from_decode() -> None:
