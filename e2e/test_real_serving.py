@@ -18,16 +18,15 @@ The figures (time to Ready False and back, detection, request counts) are printe
 "Serving check on real engines" (D109). The pairing revision is the planner's (plan/pairing.py, D142): the rollout
 changes spec.engine.pythonHashSeed, which both pools must agree on, and reads the new revision from status.
 
-DISAGG_E2E_FRONTEND_SOURCE=<an operator image already on the node> runs the frontend pod from this checkout's
-operator/ package mounted into that image (for the package's dependencies only), instead of building and loading
-the operator image: for a machine where images are not rebuilt per branch. CI builds the image.
+The frontend is the one the operator renders by default (`disagg frontend` from the operator's image, with the
+ServiceAccount, Role and RoleBinding the operator renders for it): the operator process is given the image built
+here as `--frontend-image`, as the Helm chart passes it.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import threading
 import time
@@ -40,7 +39,6 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster.config import REPO_ROOT
 from e2e.localcluster.testing import KubeCluster, wait_for
 from e2e.operator_support import (
     RBAC_DIR,
@@ -80,18 +78,13 @@ class Checked:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
-def _document(images: dict[str, str], frontend_image: str) -> dict[str, Any]:
+def _document(images: dict[str, str]) -> dict[str, Any]:
+    """tiny-nixl-pull.yaml behind the operator's own frontend (the default router) with the check Enforced."""
     document = real_pull_document({"vllm-cpu": images["vllm-cpu"], "router": "unused"})
     spec = document["spec"]
-    name = document["metadata"]["name"]
     router = spec["frontend"]["router"]
+    router.pop("implementation", None)
     router.pop("image", None)
-    router["customContainer"] = {
-        "image": frontend_image,
-        "command": ["disagg", "frontend"],
-        "args": ["--deployment", name, "--model", "tiny"],
-        "extraPorts": {"admin": 8001},
-    }
     spec["serving"] = {
         "check": {"mode": "Enforce", "interval": f"{INTERVAL:.0f}s", "deadline": f"{DEADLINE:.0f}s"},
         "remediation": {"action": "Recreate", "cooldown": "1m"},
@@ -99,75 +92,15 @@ def _document(images: dict[str, str], frontend_image: str) -> dict[str, Any]:
     return document
 
 
-def _frontend_rbac(namespace: str, name: str) -> list[dict[str, Any]]:
-    """What the operator renders for vllm-router but not for a custom router container: the frontend watches the
-    engine pods."""
-    account = f"{name}-router"
-    meta = {"name": account, "namespace": namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
-    ]
-
-
-def _mount_source(kube: KubeCluster, namespace: str, name: str) -> None:
-    source = str((REPO_ROOT / "operator").resolve())
-    patch = {
-        "spec": {
-            "template": {
-                "spec": {
-                    "volumes": [{"name": "disagg-source", "hostPath": {"path": source, "type": "Directory"}}],
-                    "containers": [
-                        {
-                            "name": "router",
-                            "env": [{"name": "PYTHONPATH", "value": "/disagg-source"}],
-                            "volumeMounts": [
-                                {"name": "disagg-source", "mountPath": "/disagg-source", "readOnly": True}
-                            ],
-                        }
-                    ],
-                }
-            }
-        }
-    }
-    wait_for(
-        "the frontend Deployment",
-        lambda: kube.run("get", "deployment", f"{name}-router", "-n", namespace).returncode == 0,
-        timeout=180,
-    )
-    kube.kubectl("patch", "deployment", f"{name}-router", "-n", namespace, "-p", json.dumps(patch))
-
-
 @pytest.fixture(scope="module")
 def checked(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checked]:
     require_real_node(kube_cluster)
-    source_image = os.environ.get("DISAGG_E2E_FRONTEND_SOURCE", "")
-    from_source = bool(source_image)
-    images = load_images("vllm-cpu") if from_source else load_images("operator", "vllm-cpu")
-    frontend_image = source_image or images["operator"]
+    images = load_images("operator", "vllm-cpu")
     with engines_turn():
-        yield from _check(kube_cluster, images, frontend_image, from_source, tmp_path_factory)
+        yield from _check(kube_cluster, images, tmp_path_factory)
 
 
-def _check(
-    kube: KubeCluster,
-    images: dict[str, str],
-    frontend_image: str,
-    from_source: bool,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Checked]:
+def _check(kube: KubeCluster, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checked]:
     suffix = uuid.uuid4().hex[:6]
     namespace = f"serving-{suffix}"
     home = f"disagg-serving-{suffix}"
@@ -193,18 +126,16 @@ def _check(
         directory / "operator.log",
         "-n",
         namespace,
+        "--frontend-image",
+        images["operator"],
         serving_check="Enforce",
     )
-    document = _document(images, frontend_image)
+    document = _document(images)
     name = document["metadata"]["name"]
-    for obj in _frontend_rbac(namespace, name):
-        kube.apply(obj)
     operator.start()
     checked = Checked(namespace, name, "", operator)
     try:
         kube.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(document))
-        if from_source:
-            _mount_source(kube, namespace, name)
         _wait_serving(kube, namespace, name, READY_TIMEOUT)
         service = kube.get("service", name, "-n", namespace)
         checked.endpoint = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
