@@ -129,10 +129,10 @@ def frontend(procs: Procs, flow: str, prefill: str, decode: str, *extra: str) ->
     return f"http://127.0.0.1:{port}", proc.pid
 
 
-def router(procs: Procs, prefill: str, decode: str) -> str:
+def router(procs: Procs, prefill: str, decode: str) -> tuple[str, int]:
     python = subprocess.run([str(HERE / "env.sh")], check=True, capture_output=True, text=True).stdout.split()[-1]
     port = free_port()
-    procs.start(
+    proc = procs.start(
         [
             str(Path(python).parent / "vllm-router"),
             "--vllm-pd-disaggregation",
@@ -154,7 +154,7 @@ def router(procs: Procs, prefill: str, decode: str) -> str:
         PROXY_CPUS,
     )
     wait(f"http://127.0.0.1:{port}/health", timeout=120)
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{port}", proc.pid
 
 
 # ---- load -------------------------------------------------------------------------------------------------------
@@ -261,6 +261,12 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
     return lower
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process and its threads so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -292,16 +298,22 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
     procs = Procs()
     try:
         prefill, decode = sims(procs, "nixl", 0.0)
-        fe, _ = frontend(procs, "pull", prefill, decode)
-        vr = router(procs, prefill, decode)
+        fe, fe_pid = frontend(procs, "pull", prefill, decode)
+        vr, vr_pid = router(procs, prefill, decode)
         body = {"model": "sim", "prompt": PROMPT, "max_tokens": 8}
         out: dict[str, Any] = {}
-        for name, url in (("frontend", fe), ("vllm-router", vr)) * args.rounds:
+        for name, url, pid in (("frontend", fe, fe_pid), ("vllm-router", vr, vr_pid)) * args.rounds:
             await load(lambda s, u=url: one_request(s, u + "/v1/completions", body), args.concurrency, 200)
+            cpu_before = cpu_seconds(pid)
             results, elapsed = await load(
                 lambda s, u=url: one_request(s, u + "/v1/completions", body), args.concurrency, args.throughput_requests
             )
-            out.setdefault(name, []).append({"req_per_s": len(results) / elapsed, **summary(results)})
+            # CPU per request: what the proxy costs whatever the client side can send (the load generator and the
+            # simulator share the other CPU and can be the limit for the faster proxy).
+            cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000 / len(results)
+            out.setdefault(name, []).append(
+                {"req_per_s": len(results) / elapsed, "cpu_ms_per_request": cpu_ms, **summary(results)}
+            )
         return out
     finally:
         procs.stop()
