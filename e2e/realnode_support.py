@@ -151,6 +151,10 @@ def serving(kube: KubeCluster, namespace: str, document: dict[str, Any], timeout
         for pod in kube.get("pods", "-n", namespace)["items"]:
             pod_name = pod["metadata"]["name"]
             print(f"--- logs of {pod_name}:\n{kube.run('logs', '-n', namespace, pod_name, '--tail=40').stdout}")
+        # What the operator decided (remediation, rollouts, readiness) explains most failures here.
+        events = kube.run("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
+        print(f"--- events in {namespace}:\n{events}")
+        print(f"--- status of {name}:\n{json.dumps(kube.get('dd', name, '-n', namespace).get('status'), indent=1)}")
         kube.run("delete", "namespace", namespace, "--wait=true", "--timeout=180s")
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from e2e.localcluster.testing import KubeCluster
-from e2e.operator_support import install_crd
+from e2e.operator_support import install_crd, wait_phase
 from e2e.realnode_support import (
     GENERATED,
     PROMPT_LOCAL,
@@ -176,7 +176,7 @@ class TestPullAndMultiTurn:
         assert delta(after["decode"], before["decode"], GENERATED) == completion_tokens
 
     def test_turn_two_reads_the_history_back_from_decode(self, kube_cluster: KubeCluster, served: Served) -> None:
-        warm_up_the_readback_handshake(served)
+        warm_up_the_readback_handshake(kube_cluster, served)
         conversation = f"c-{uuid.uuid4().hex[:8]}"
         frontend_before = metrics_of(f"{served.endpoint}/metrics")
         _, turn1 = completion(served, PROMPT_IDS, 8, conversation_id=conversation, return_token_ids=True)
@@ -204,20 +204,23 @@ class TestPullAndMultiTurn:
         assert delta(frontend_after, frontend_before, hits) == 1
 
 
-def warm_up_the_readback_handshake(served: Served, attempts: int = 3) -> None:
+def warm_up_the_readback_handshake(kube: KubeCluster, served: Served, attempts: int = 3) -> None:
     """The first readback makes prefill open its NIXL handshake with decode, and vLLM 0.32 waits 5 s for the reply
     (hard-coded); a loaded 2-core machine can miss that, failing the turn (kv_load_failure_policy fail). One
     conversation before the measured one builds that handshake; a failed one is retried (vLLM handshakes again)."""
     for attempt in range(attempts):
         conversation = f"warm-{uuid.uuid4().hex[:8]}"
-        _, turn1 = completion(served, PROMPT_IDS[:40], 2, conversation_id=conversation, return_token_ids=True)
         try:
+            _, turn1 = completion(served, PROMPT_IDS[:40], 2, conversation_id=conversation, return_token_ids=True)
             completion(
                 served, PROMPT_IDS[:40] + turn1["choices"][0]["token_ids"] + [11, 12], 2, conversation_id=conversation
             )
             return
         except urllib.error.HTTPError as err:
-            print(f"readback warm-up {attempt + 1} failed: {err}")
+            # A failed handshake can also fail the serving check's probes and get an engine recreated (the
+            # remediation): the next attempt waits for the deployment to serve again.
+            print(f"readback warm-up {attempt + 1} failed: {err}; {err.read().decode(errors='replace')[:300]}")
+            wait_phase(kube, served.namespace, served.name, "Ready", timeout=READY_TIMEOUT)
     pytest.fail(f"no readback succeeded in {attempts} warm-up conversations")
 
 
