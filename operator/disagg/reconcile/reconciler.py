@@ -203,6 +203,7 @@ class Reconciler:
             await asyncio.sleep(pause)
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
+        self.queue.restamp()
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
         tasks.append(asyncio.create_task(self._resync(resync_seconds, stop), name="resync"))
         await stop.wait()

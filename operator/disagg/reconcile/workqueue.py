@@ -165,6 +165,13 @@ class WorkQueue:
             self._wakeup.clear()
             await self._wakeup.wait()
 
+    def restamp(self) -> None:
+        """Count the waits of the keys waiting now from now: a standby's queue fills with what its watches report
+        while no worker takes anything, and that time is not a wait for a worker."""
+        now = self._clock()
+        for key in self._since:
+            self._since[key] = now
+
     def lane_of(self, key: Key) -> int | None:
         """The lane a waiting key is in, or None when it is not waiting."""
         return self._queued.get(key)

@@ -178,3 +178,14 @@ async def test_urgency_is_not_asked_for_a_key_already_first() -> None:
     for _ in range(3):
         queue.add(("ns", "a"))
     assert asked == [("ns", "a")] and len(queue) == 1
+
+
+async def test_the_wait_of_keys_queued_before_the_workers_started_counts_from_their_start() -> None:
+    now = [0.0]
+    queue = WorkQueue(clock=lambda: now[0])
+    queue.add(("ns", "a"))  # a standby: its watches report, no worker takes anything
+    now[0] = 50.0
+    queue.restamp()  # it leads now
+    queue.add(("ns", "b"))
+    now[0] = 52.0
+    assert [(t.key[1], t.waited) for t in [await queue.take(), await queue.take()]] == [("a", 2.0), ("b", 2.0)]
