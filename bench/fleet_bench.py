@@ -349,6 +349,25 @@ def queue_wait(process: OperatorProcess, lane: str) -> dict[str, float]:
     return figures
 
 
+def queue_waits(processes: dict[str, OperatorProcess], lane: str) -> dict[str, float]:
+    """`queue_wait` summed over the running replicas: whichever led took the passes."""
+    total: dict[str, float] = {}
+    for process in processes.values():
+        if process.process is not None and process.process.poll() is None:
+            for bound, value in queue_wait(process, lane).items():
+                total[bound] = total.get(bound, 0.0) + value
+    return total
+
+
+def leader_queue_depth(processes: dict[str, OperatorProcess]) -> float:
+    """The work queue depth of the replica leading now (a standby's queue fills with no worker taking from it)."""
+    for process in processes.values():
+        text = process.metrics()
+        if metric_value(text, "disagg_leader") == 1:
+            return metric_value(text, "disagg_reconcile_queue_depth")
+    return float("nan")
+
+
 def wait_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Passes taken from the lane between the two readings, their mean wait, and the bucket bound their longest
     wait was under."""
@@ -357,6 +376,15 @@ def wait_summary(before: dict[str, float], after: dict[str, float]) -> dict[str,
     longest = next((value for value, b in bounds if after[b] - before.get(b, 0) >= count), float("inf"))
     mean = (after["sum"] - before.get("sum", 0)) / count if count else 0.0
     return {"passes": count, "mean": mean, "max_under": longest}
+
+
+def leases_lost(processes: dict[str, OperatorProcess]) -> float:
+    """Times a replica stopped leading so far (a lease not renewed in time), over the replicas still running."""
+    return sum(
+        metric_value(process.metrics(), "disagg_leader_transitions_total", change="stopped")
+        for process in processes.values()
+        if process.process is not None and process.process.poll() is None
+    )
 
 
 def leader(processes: dict[str, OperatorProcess]) -> tuple[str, OperatorProcess]:
@@ -405,6 +433,7 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         results["rss_start"] = rss_mib(active.process.pid)
         requests_before, passes_before = operator_requests(active), operator_passes(active)
         makespan, latencies = await bench.operator_burst("fb-operator-burst")
+        results["leases_lost_burst"] = leases_lost(processes)
         results["operator_burst"] = makespan
         results["operator_burst_p50"] = quantile(latencies, 0.5)
         results["operator_burst_p99"] = quantile(latencies, 0.99)
@@ -415,12 +444,13 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         results["requests_in_burst"] = operator_requests(active) - requests_before
         await asyncio.sleep(10)
         passes_single, seconds_single = operator_passes(active), pass_seconds(active)
-        waits = {lane: queue_wait(active, lane) for lane in ("change", "event", "revisit")}
-        lower, ours = await bench.single_applies(lambda: metric_value(active.metrics(), "disagg_reconcile_queue_depth"))
+        waits = {lane: queue_waits(processes, lane) for lane in ("change", "event", "revisit")}
+        lower, ours = await bench.single_applies(lambda: leader_queue_depth(processes))
         results["single_queue_depth"] = bench.results["single_queue_depth"]
         results["single_queue_wait"] = {
-            lane: wait_summary(before, queue_wait(active, lane)) for lane, before in waits.items()
+            lane: wait_summary(before, queue_waits(processes, lane)) for lane, before in waits.items()
         }
+        results["leases_lost_single"] = leases_lost(processes) - results["leases_lost_burst"]
         say(f"queue depth as each operator sample was created: {results['single_queue_depth']}")
         say(f"queue waits in the single applies, by lane: {results['single_queue_wait']}")
         results["pass_seconds_single"] = (pass_seconds(active) - seconds_single) / max(
@@ -429,6 +459,10 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         results["single_lower"] = lower
         results["single_operator"] = ours
         await asyncio.sleep(10)
+        # The leader of now: a lease lost under load (counted above) may have moved it since the start.
+        identity, active = leader(processes)
+        standby = next(p for i, p in processes.items() if i != identity)
+        assert active.process is not None and standby.process is not None
         results["rss_leader"] = rss_mib(active.process.pid)
         results["rss_standby"] = rss_mib(standby.process.pid)
         say(
@@ -447,6 +481,10 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
             f"(and {results['operator_unchanged_idle']:.0f} passes not run: nothing had changed)"
         )
 
+        results["leases_lost_before_kill"] = leases_lost(processes)
+        identity, active = leader(processes)
+        standby = next(p for i, p in processes.items() if i != identity)
+        assert active.process is not None
         os.killpg(active.process.pid, signal.SIGKILL)
         active.process.wait()
         killed = time.monotonic()
@@ -529,6 +567,9 @@ def table(results: dict[str, Any]) -> str:
         f"| new leader, 10 s after its first pass: passes, applied memory restored, children applied | "
         f"{results.get('after_failover_passes', 0):.0f}, {results.get('after_failover_restored', 0):.0f}, "
         f"{results.get('after_failover_applied', 0):.0f} | | | |",
+        f"| leases lost (a leader not renewing in time): in the burst, in the single applies, in the whole run "
+        f"before the kill | {results.get('leases_lost_burst', 0):.0f}, {results.get('leases_lost_single', 0):.0f}, "
+        f"{results.get('leases_lost_before_kill', 0):.0f} | | | 0 |",
         f"| load average (1, 5, 15 min) before / after | {' '.join(f'{v:.1f}' for v in results['load_before'])} / "
         f"{' '.join(f'{v:.1f}' for v in results['load_after'])} | | | |",
     ]
