@@ -485,21 +485,25 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         identity, active = leader(processes)
         standby = next(p for i, p in processes.items() if i != identity)
         assert active.process is not None
+        # The standby may have led before (a lease lost under load): what it did after the kill is counted from here.
+        text = standby.metrics()
+        passes_before, applied_before = operator_passes(standby), children_applied(standby)
+        restored_before = metric_value(text, "disagg_applied_restored_total")
         os.killpg(active.process.pid, signal.SIGKILL)
         active.process.wait()
         killed = time.monotonic()
         while metric_value(standby.metrics(), "disagg_leader") != 1:
             await asyncio.sleep(0.05)
         results["takeover"] = time.monotonic() - killed
-        while operator_passes(standby) == 0:
+        while operator_passes(standby) == passes_before:
             await asyncio.sleep(0.05)
         results["failover"] = time.monotonic() - killed
         say(f"failover: the standby's first pass ended {results['failover']:.1f}s after the leader's SIGKILL")
         await asyncio.sleep(10)
         text = standby.metrics()
-        results["after_failover_passes"] = operator_passes(standby)
-        results["after_failover_restored"] = metric_value(text, "disagg_applied_restored_total")
-        results["after_failover_applied"] = children_applied(standby)
+        results["after_failover_passes"] = operator_passes(standby) - passes_before
+        results["after_failover_restored"] = metric_value(text, "disagg_applied_restored_total") - restored_before
+        results["after_failover_applied"] = children_applied(standby) - applied_before
         say(
             f"10 s later the new leader had run {results['after_failover_passes']:.0f} passes, taken the applied "
             f"memory from status for {results['after_failover_restored']:.0f} DisaggDeployments and applied "
