@@ -261,10 +261,13 @@ class Bench:
         )
         return makespan, latencies
 
-    async def single_applies(self) -> tuple[list[float], list[float]]:
+    async def single_applies(self, depth: Callable[[], float] | None = None) -> tuple[list[float], list[float]]:
+        """`depth`: the leader's work queue depth, recorded as each of the operator's samples is created."""
         namespace = "fb-single"
         await self.namespace(namespace)
         lower, ours = [], []
+        depths: list[float] = []
+        self.results["single_queue_depth"] = depths
         for index in range(self.samples):
             lower.append(await self.apply_children(f"lb-{index:03d}", namespace))
             listing = await self.raw("GET", f"/apis/disagg.dev/v1alpha1/namespaces/{namespace}/disaggdeployments")
@@ -275,6 +278,8 @@ class Bench:
             name = f"op-{index:03d}"
             document = {**idle_deployment(name), "apiVersion": "disagg.dev/v1alpha1", "kind": "DisaggDeployment"}
             document["metadata"]["namespace"] = namespace
+            if depth is not None:
+                depths.append(depth())
             started = time.monotonic()
             await self.kube.create(document)
             while name not in seen:
@@ -330,6 +335,58 @@ def operator_requests(process: OperatorProcess) -> float:
     )
 
 
+def queue_wait(process: OperatorProcess, lane: str) -> dict[str, float]:
+    """The leader's work queue wait histogram for one lane (D210): count, sum, and cumulative count by bucket."""
+    text = process.metrics()
+    figures = {
+        "count": metric_value(text, "disagg_reconcile_queue_wait_seconds_count", lane=lane),
+        "sum": metric_value(text, "disagg_reconcile_queue_wait_seconds_sum", lane=lane),
+    }
+    for line in text.splitlines():
+        if line.startswith("disagg_reconcile_queue_wait_seconds_bucket{") and f'lane="{lane}"' in line:
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            figures[bound] = float(line.rpartition(" ")[2])
+    return figures
+
+
+def queue_waits(processes: dict[str, OperatorProcess], lane: str) -> dict[str, float]:
+    """`queue_wait` summed over the running replicas: whichever led took the passes."""
+    total: dict[str, float] = {}
+    for process in processes.values():
+        if process.process is not None and process.process.poll() is None:
+            for bound, value in queue_wait(process, lane).items():
+                total[bound] = total.get(bound, 0.0) + value
+    return total
+
+
+def leader_queue_depth(processes: dict[str, OperatorProcess]) -> float:
+    """The work queue depth of the replica leading now (a standby's queue fills with no worker taking from it)."""
+    for process in processes.values():
+        text = process.metrics()
+        if metric_value(text, "disagg_leader") == 1:
+            return metric_value(text, "disagg_reconcile_queue_depth")
+    return float("nan")
+
+
+def wait_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Passes taken from the lane between the two readings, their mean wait, and the bucket bound their longest
+    wait was under."""
+    count = after["count"] - before.get("count", 0)
+    bounds = sorted((float(b), b) for b in after if b not in ("count", "sum"))
+    longest = next((value for value, b in bounds if after[b] - before.get(b, 0) >= count), float("inf"))
+    mean = (after["sum"] - before.get("sum", 0)) / count if count else 0.0
+    return {"passes": count, "mean": mean, "max_under": longest}
+
+
+def leases_lost(processes: dict[str, OperatorProcess]) -> float:
+    """Times a replica stopped leading so far (a lease not renewed in time), over the replicas still running."""
+    return sum(
+        metric_value(process.metrics(), "disagg_leader_transitions_total", change="stopped")
+        for process in processes.values()
+        if process.process is not None and process.process.poll() is None
+    )
+
+
 def leader(processes: dict[str, OperatorProcess]) -> tuple[str, OperatorProcess]:
     for _ in range(600):
         for identity, process in processes.items():
@@ -376,6 +433,7 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         results["rss_start"] = rss_mib(active.process.pid)
         requests_before, passes_before = operator_requests(active), operator_passes(active)
         makespan, latencies = await bench.operator_burst("fb-operator-burst")
+        results["leases_lost_burst"] = leases_lost(processes)
         results["operator_burst"] = makespan
         results["operator_burst_p50"] = quantile(latencies, 0.5)
         results["operator_burst_p99"] = quantile(latencies, 0.99)
@@ -386,13 +444,25 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         results["requests_in_burst"] = operator_requests(active) - requests_before
         await asyncio.sleep(10)
         passes_single, seconds_single = operator_passes(active), pass_seconds(active)
-        lower, ours = await bench.single_applies()
+        waits = {lane: queue_waits(processes, lane) for lane in ("change", "event", "revisit")}
+        lower, ours = await bench.single_applies(lambda: leader_queue_depth(processes))
+        results["single_queue_depth"] = bench.results["single_queue_depth"]
+        results["single_queue_wait"] = {
+            lane: wait_summary(before, queue_waits(processes, lane)) for lane, before in waits.items()
+        }
+        results["leases_lost_single"] = leases_lost(processes) - results["leases_lost_burst"]
+        say(f"queue depth as each operator sample was created: {results['single_queue_depth']}")
+        say(f"queue waits in the single applies, by lane: {results['single_queue_wait']}")
         results["pass_seconds_single"] = (pass_seconds(active) - seconds_single) / max(
             1.0, operator_passes(active) - passes_single
         )
         results["single_lower"] = lower
         results["single_operator"] = ours
         await asyncio.sleep(10)
+        # The leader of now: a lease lost under load (counted above) may have moved it since the start.
+        identity, active = leader(processes)
+        standby = next(p for i, p in processes.items() if i != identity)
+        assert active.process is not None and standby.process is not None
         results["rss_leader"] = rss_mib(active.process.pid)
         results["rss_standby"] = rss_mib(standby.process.pid)
         say(
@@ -411,21 +481,29 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
             f"(and {results['operator_unchanged_idle']:.0f} passes not run: nothing had changed)"
         )
 
+        results["leases_lost_before_kill"] = leases_lost(processes)
+        identity, active = leader(processes)
+        standby = next(p for i, p in processes.items() if i != identity)
+        assert active.process is not None
+        # The standby may have led before (a lease lost under load): what it did after the kill is counted from here.
+        text = standby.metrics()
+        passes_before, applied_before = operator_passes(standby), children_applied(standby)
+        restored_before = metric_value(text, "disagg_applied_restored_total")
         os.killpg(active.process.pid, signal.SIGKILL)
         active.process.wait()
         killed = time.monotonic()
         while metric_value(standby.metrics(), "disagg_leader") != 1:
             await asyncio.sleep(0.05)
         results["takeover"] = time.monotonic() - killed
-        while operator_passes(standby) == 0:
+        while operator_passes(standby) == passes_before:
             await asyncio.sleep(0.05)
         results["failover"] = time.monotonic() - killed
         say(f"failover: the standby's first pass ended {results['failover']:.1f}s after the leader's SIGKILL")
         await asyncio.sleep(10)
         text = standby.metrics()
-        results["after_failover_passes"] = operator_passes(standby)
-        results["after_failover_restored"] = metric_value(text, "disagg_applied_restored_total")
-        results["after_failover_applied"] = children_applied(standby)
+        results["after_failover_passes"] = operator_passes(standby) - passes_before
+        results["after_failover_restored"] = metric_value(text, "disagg_applied_restored_total") - restored_before
+        results["after_failover_applied"] = children_applied(standby) - applied_before
         say(
             f"10 s later the new leader had run {results['after_failover_passes']:.0f} passes, taken the applied "
             f"memory from status for {results['after_failover_restored']:.0f} DisaggDeployments and applied "
@@ -467,8 +545,16 @@ def table(results: dict[str, Any]) -> str:
         f"{p50 / lower50:.2f}x | <= 1.5x |",
         f"| one apply with {count} present, p99 (vs serial lower bound p50) | {p99:.3f} s | {lower50:.3f} s | "
         f"{p99 / lower50:.2f}x | <= 3x |",
-        f"| serial lower bound p99 | {lower99:.3f} s | | | |",
+        f"| one apply with {count} present, p99 (vs serial lower bound p99, the same quantile) | {p99:.3f} s | "
+        f"{lower99:.3f} s | {p99 / lower99:.2f}x | |",
+        f"| one apply: samples, operator / lower bound (s) | {' '.join(f'{v:.2f}' for v in ours)} / "
+        f"{' '.join(f'{v:.2f}' for v in lower)} | | | |",
         f"| one apply: the operator's pass itself, mean | {results['pass_seconds_single']:.3f} s | | | |",
+        *(
+            f"| one apply: {lane} lane passes in the phase, mean wait, longest under | {w['passes']:.0f}, "
+            f"{w['mean']:.3f} s, {w['max_under']:g} s | | | |"
+            for lane, w in results.get("single_queue_wait", {}).items()
+        ),
         f"| operator RSS with {count} present: leader / standby | {results['rss_leader']:.0f} / "
         f"{results['rss_standby']:.0f} MiB | | | <= 250 MiB |",
         f"| operator RSS at start | {results['rss_start']:.0f} MiB | | | |",
@@ -485,6 +571,9 @@ def table(results: dict[str, Any]) -> str:
         f"| new leader, 10 s after its first pass: passes, applied memory restored, children applied | "
         f"{results.get('after_failover_passes', 0):.0f}, {results.get('after_failover_restored', 0):.0f}, "
         f"{results.get('after_failover_applied', 0):.0f} | | | |",
+        f"| leases lost (a leader not renewing in time): in the burst, in the single applies, in the whole run "
+        f"before the kill | {results.get('leases_lost_burst', 0):.0f}, {results.get('leases_lost_single', 0):.0f}, "
+        f"{results.get('leases_lost_before_kill', 0):.0f} | | | 0 |",
         f"| load average (1, 5, 15 min) before / after | {' '.join(f'{v:.1f}' for v in results['load_before'])} / "
         f"{' '.join(f'{v:.1f}' for v in results['load_after'])} | | | |",
     ]

@@ -27,6 +27,14 @@ OBJECTS_PRUNED = Counter(
 )
 DEPLOYMENTS_BY_PHASE = Gauge("disagg_deployments", "DisaggDeployments by phase.", ["phase"], registry=REGISTRY)
 QUEUE_DEPTH = Gauge("disagg_reconcile_queue_depth", "Keys waiting to be reconciled.", registry=REGISTRY)
+QUEUE_WAIT = Histogram(
+    "disagg_reconcile_queue_wait_seconds",
+    "Time a key waited in the work queue, from when it was first asked for until a worker took it, by the lane it "
+    "was taken from (change: a spec not yet reconciled; event; revisit).",
+    ["lane"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
 SCALING_DECISIONS = Counter(
     "disagg_scaling_decisions_total",
     "Replica changes made by the autoscaler.",

@@ -40,7 +40,8 @@ from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
 from .settled import Settled, SettledMemo, inputs
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
-from .workqueue import Key, WorkQueue
+from .urgency import awaits_pass
+from .workqueue import LANES, Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
 
@@ -128,7 +129,7 @@ class Reconciler:
         self.serving = serving
         self.instance = instance
         self.clock = clock
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(urgent=self._urgent)
         self.known: set[Key] = set()
         self.phases: dict[Key, str] = {}
         self._phase_counts: dict[str, int] = {}
@@ -137,6 +138,10 @@ class Reconciler:
         self.applied = AppliedMemo(reapply_seconds)
         self.cores = CoreMemo(installation=installation)
         self.settled = SettledMemo()
+
+    def _urgent(self, key: Key) -> bool:
+        """The work queue's change lane (D210): a spec no pass has reconciled yet."""
+        return awaits_pass(self.cache.get(DISAGG_DEPLOYMENT.name, *key))
 
     # -- entry points used by the kopf handlers -----------------------------------------------------------------
 
@@ -159,7 +164,7 @@ class Reconciler:
 
     def stand_down(self) -> None:
         """This replica stopped leading: drop the queue; the keys stay known and are all reconciled on return."""
-        self.queue = WorkQueue(self.queue.base_delay, self.queue.max_delay)
+        self.queue = WorkQueue(self.queue.base_delay, self.queue.max_delay, urgent=self._urgent)
 
     def forget_writes(self) -> None:
         """Another replica may have led since this one last did: what this one remembers of its writes and the
@@ -198,6 +203,7 @@ class Reconciler:
             await asyncio.sleep(pause)
 
     async def run(self, workers: int, resync_seconds: float, stop: asyncio.Event) -> None:
+        self.queue.restamp()
         tasks = [asyncio.create_task(self._worker(stop), name=f"reconcile-{i}") for i in range(workers)]
         tasks.append(asyncio.create_task(self._resync(resync_seconds, stop), name="resync"))
         await stop.wait()
@@ -213,8 +219,10 @@ class Reconciler:
 
     async def _worker(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            key = await self.queue.get()
+            taken = await self.queue.take()
+            key = taken.key
             metrics.QUEUE_DEPTH.set(len(self.queue))
+            metrics.QUEUE_WAIT.labels(LANES[taken.lane]).observe(taken.waited)
             try:
                 await self.process(key)
             finally:

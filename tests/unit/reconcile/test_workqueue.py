@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from disagg.reconcile.workqueue import WorkQueue
+from disagg.reconcile.workqueue import CHANGE, EVENT, LANES, WorkQueue
 
 
 async def test_repeated_requests_collapse() -> None:
@@ -112,3 +112,80 @@ async def test_a_worker_waiting_on_an_empty_queue_wakes_for_either_lane() -> Non
     queue.add(("ns", "a"), revisit=True)
     async with asyncio.timeout(1):
         assert await waiting == ("ns", "a")
+
+
+async def test_an_urgent_key_goes_ahead_of_events_and_revisits_queued_before_it() -> None:
+    """A user's change must not wait for the passes a burst or a resync queued (D210)."""
+    urgent = {("ns", "changed")}
+    queue = WorkQueue(urgent=lambda key: key in urgent)
+    queue.add(("ns", "r"), revisit=True)
+    queue.add(("ns", "e1"))
+    queue.add(("ns", "e2"))
+    queue.add(("ns", "changed"), revisit=True)  # urgent however it is asked for
+    taken = [await queue.take() for _ in range(4)]
+    assert [(t.key[1], LANES[t.lane]) for t in taken] == [
+        ("changed", "change"),
+        ("e1", "event"),
+        ("e2", "event"),
+        ("r", "revisit"),
+    ]
+
+
+async def test_a_waiting_key_that_becomes_urgent_moves_up_and_keeps_the_time_it_was_first_asked() -> None:
+    now = [100.0]
+    urgent: set[tuple[str, str]] = set()
+    queue = WorkQueue(urgent=lambda key: key in urgent, clock=lambda: now[0])
+    queue.add(("ns", "a"))
+    queue.add(("ns", "b"), revisit=True)
+    now[0] = 103.0
+    urgent.add(("ns", "b"))  # its spec changed while it waited for its revisit
+    queue.add(("ns", "b"))
+    assert queue.lane_of(("ns", "b")) == CHANGE and len(queue) == 2
+    now[0] = 110.0
+    first = await queue.take()
+    assert (first.key, first.lane, first.waited) == (("ns", "b"), CHANGE, 10.0)
+    second = await queue.take()
+    assert (second.key, second.lane, second.waited) == (("ns", "a"), EVENT, 10.0)
+
+
+async def test_urgency_is_asked_again_when_a_key_asked_for_during_its_pass_is_redone() -> None:
+    """The pass that observes the generation ends the key's urgency: what it was asked for meanwhile (a child's
+    report) waits in its own lane; a spec changed again during the pass goes first again."""
+    urgent = {("ns", "a"), ("ns", "b")}
+    queue = WorkQueue(urgent=lambda key: key in urgent)
+    queue.add(("ns", "a"))
+    queue.add(("ns", "b"))
+    a = await queue.get()
+    b = await queue.get()
+    queue.add(("ns", "x"))
+    queue.add(a)
+    queue.add(b, revisit=True)
+    urgent.discard(a)  # a's pass observed its generation; b's did not (changed again during it)
+    queue.done(a)
+    queue.done(b)
+    assert queue.lane_of(a) == EVENT and queue.lane_of(b) == CHANGE
+    assert [await queue.get() for _ in range(3)] == [b, ("ns", "x"), a]
+
+
+async def test_urgency_is_not_asked_for_a_key_already_first() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def urgent(key: tuple[str, str]) -> bool:
+        asked.append(key)
+        return True
+
+    queue = WorkQueue(urgent=urgent)
+    for _ in range(3):
+        queue.add(("ns", "a"))
+    assert asked == [("ns", "a")] and len(queue) == 1
+
+
+async def test_the_wait_of_keys_queued_before_the_workers_started_counts_from_their_start() -> None:
+    now = [0.0]
+    queue = WorkQueue(clock=lambda: now[0])
+    queue.add(("ns", "a"))  # a standby: its watches report, no worker takes anything
+    now[0] = 50.0
+    queue.restamp()  # it leads now
+    queue.add(("ns", "b"))
+    now[0] = 52.0
+    assert [(t.key[1], t.waited) for t in [await queue.take(), await queue.take()]] == [("a", 2.0), ("b", 2.0)]
