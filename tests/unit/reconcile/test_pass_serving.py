@@ -196,7 +196,13 @@ async def test_a_restarted_engine_is_unready_until_its_pairs_pass_again() -> Non
     restart(h.server, "m-decode-a")
     await h.reconcile()  # the Deployment's ready count changed: a pass, not yet a round
     assert gate(h, "m-decode-a")["status"] == "False" and gate(h, "m-decode-a")["reason"] == "Restarted"
-    assert "EngineRestarted" in reasons(h)
+    # What `kubectl describe pod` shows: why the pod is unready and what ends it.
+    assert gate(h, "m-decode-a")["message"] == "restarts=1; restarted; ready again once its pairs pass"
+    [warning] = [e for e in h.events() if e["reason"] == "EngineRestarted"]
+    assert warning["type"] == "Warning"
+    assert warning["message"] == (
+        "decode pod m-decode-a restarted (restarts=1): not ready until a pair through it passes the serving check"
+    )
     kubelet(h.server)
     clock.now += 10
     await h.reconcile()
