@@ -66,6 +66,9 @@ def test_every_rendered_text_reads_as_pyyaml_reads_it() -> None:
         "key: |\n  block\n  text\nfolded: >\n  a\n  b\n",
         # Maps and lists under other tags, whose keys are plain strings: PyYAML builds a set, an ordered map, pairs.
         "!!set {a, b}\n",
+        # Keys that are scalars but not strings, alone in their map.
+        "1: one\n2: two\n",
+        "outer: {true: yes, 3.5: x}\n",
         "x: !!set {a: null}\n",
         "!!omap [{a: 1}, {b: 2}]\n",
         "y: !!pairs [{a: 1}, {a: 2}]\n",
