@@ -158,3 +158,24 @@ def test_a_hold_message_names_the_source_s_reason_and_only_when_there_is_one() -
 
     assert reason(None).endswith("prefill metrics are 600s old")
     assert reason("scrape timed out").endswith("prefill metrics are 600s old: scrape timed out")
+
+
+def test_a_decode_p90_at_its_target_is_not_safe_to_shrink_whatever_the_mean_says() -> None:
+    """The fit reads the mean ITL (D180's exact signal), but a p90 already at the target means a smaller pool would
+    break it: the mean alone, well below the target here, must not let decode shrink."""
+    from disagg.scaling.policy.decode import propose_decode
+
+    config = config_from_spec(make_spec())
+    target = config.itl_target_s
+    assert target is not None
+    state = PolicyState()
+
+    def proposal(p90: float) -> Proposal:
+        snap = replace(decode_snap(0.0), itl_mean_s=0.3 * target, itl_p90_s=p90)
+        return propose_decode(config, snap, state, state.decode, Tuning())
+
+    calm = proposal(0.9 * target)
+    assert calm.safe_to_shrink and calm.shrink_note == ""
+    at_target = proposal(target)
+    assert not at_target.safe_to_shrink
+    assert at_target.shrink_note == (f"ITL {0.3 * target:.4f}s is near the {target:.4f}s target or requests are queued")
