@@ -26,8 +26,10 @@ lint: dev ## ruff and ruff format over operator, tests, e2e and bench; mypy --st
 	$(RUN) ruff format --check $(LINTED)
 	$(RUN) mypy
 
+# PYTHONDONTWRITEBYTECODE cleared (D220): with it set, every run compiles every import again and pytest rewrites
+# every test module again, which doubled the CPU time of the reconciler's fake-API tier (31 s instead of 14 s).
 unit: dev ## unit, golden, property and layer tests, the CLI, and the reconciler against a fake API server
-	$(RUN) pytest tests --ignore=tests/contract --ignore=tests/real
+	$(RUN) PYTHONDONTWRITEBYTECODE= pytest tests --ignore=tests/contract --ignore=tests/real
 
 real: dev ## the P/D frontend against real vLLM CPU engines on the host (tests/real; builds its venv once; 15-25 min)
 	$(RUN) pytest tests/real -m real_engines -s

@@ -37,6 +37,10 @@ class FakeFrontend:
     """(host, prefill, decode) drain calls."""
     undrains: list[tuple[str, str, str]] = field(default_factory=list)
     probed: list[list[tuple[str, str]]] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+    """The frontend pod IP each pairs list and probe went to."""
+    refuse_drain: set[str] = field(default_factory=set)
+    """Frontend pod IPs whose drain calls fail."""
     completions: int = 0
 
     def _selector(self) -> Selector:
@@ -57,6 +61,7 @@ class FakeFrontend:
             raise ProbeError("GET http://10.9.0.1:8001/disagg/v1/pairs: ClientConnectorError: Connection refused")
 
     async def pairs(self, host: str, port: int) -> list[PairRef]:
+        self.asked.append(host)
         self._check()
         selector = self._selector()
         drained = {(p, d) for _, p, d in self.drains} - {(p, d) for _, p, d in self.undrains}
@@ -96,6 +101,8 @@ class FakeFrontend:
         return outcomes
 
     async def drain(self, host: str, port: int, prefill: str, decode: str, seconds: float, reason: str) -> None:
+        if host in self.refuse_drain:
+            raise ProbeError(f"POST http://{host}:{port}/disagg/v1/drain: 503 Service Unavailable")
         self.drains.append((host, prefill, decode))
 
     async def undrain(self, host: str, port: int, prefill: str, decode: str) -> None:

@@ -160,5 +160,5 @@ def extended_resource_error(name: str) -> str | None:
     if problem is not None:
         return problem
     if not is_extended_resource(name):
-        return "must be an extended resource such as nvidia.com/gpu, not a standard one"
+        return "is a standard resource, not an extended one"
     return None

@@ -412,9 +412,13 @@ def env_names_are_set_once(spec: DisaggDeploymentSpec, family: ResolvedFamily) -
 def resources_are_what_containers_may_request(spec: DisaggDeploymentSpec, family: ResolvedFamily) -> Iterator[Problem]:
     network = spec.transfer.network
     if network.rdma is not None:
-        problem = extended_resource_error(network.rdma.resource_name)
-        if problem is not None:
-            yield Problem("spec.transfer.network.rdma.resourceName", f"the resource name {problem}", _RESOURCE_FIX)
+        yield from _device_resource(
+            "spec.transfer.network.rdma.resourceName",
+            network.rdma.resource_name,
+            "RDMA devices",
+            "such as rdma/ib or vpc.amazonaws.com/efa",
+            {},
+        )
     hugepages = network.hugepages
     if hugepages is not None:
         yield from _hugepages_amount(
@@ -423,9 +427,13 @@ def resources_are_what_containers_may_request(spec: DisaggDeploymentSpec, family
     for role in POOLS:
         resources = pool_of(spec, role).resources
         path = f"spec.{role}.resources"
-        problem = extended_resource_error(resources.gpu_resource_name)
-        if problem is not None:
-            yield Problem(f"{path}.gpuResourceName", f"the resource name {problem}", _RESOURCE_FIX)
+        yield from _device_resource(
+            f"{path}.gpuResourceName",
+            resources.gpu_resource_name,
+            "GPUs",
+            "such as nvidia.com/gpu or amd.com/gpu",
+            {"cpu": f"{path}.cpu", "memory": f"{path}.memory"},
+        )
         pages = hugepages is not None
         for name, amount in resources.extra.items():
             problem = container_resource_error(name)
@@ -459,6 +467,22 @@ def resources_are_what_containers_may_request(spec: DisaggDeploymentSpec, family
 
 
 _RESOURCE_FIX = "use cpu, memory, ephemeral-storage, hugepages-<size>, or a vendor resource such as nvidia.com/gpu"
+
+
+def _device_resource(path: str, name: str, devices: str, examples: str, fields: dict[str, str]) -> Iterator[Problem]:
+    """A field that names the extended resource granting devices (gpuResourceName, rdma.resourceName): the fix is
+    the device plugin's resource name, never a standard resource, and a standard one the user meant has its own
+    field (`fields`)."""
+    problem = extended_resource_error(name)
+    if problem is None:
+        return
+    field = path.rpartition(".")[2]
+    fix = f"set {field} to the extended resource your device plugin advertises for {devices}, {examples}"
+    if name in fields:
+        fix += f"; the pod's {name} is set by {fields[name]}"
+    yield Problem(
+        path, f"{field} must name the extended resource that grants {devices} to a pod; {name!r} {problem}", fix
+    )
 
 
 def _hugepages_amount(path: str, name: str, amount: int | str) -> Iterator[Problem]:

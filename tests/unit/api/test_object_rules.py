@@ -139,10 +139,39 @@ def test_the_message_names_what_collides_or_the_page_size(name: str, message: st
     assert (problem.message, problem.fix) == (message, fix)
 
 
-def test_a_gpu_resource_name_must_be_an_extended_resource() -> None:
-    document = case_document(set_at("spec.prefill.resources.gpuResourceName", "memory"), None)
+@pytest.mark.parametrize(
+    ("name", "detail", "own_field"),
+    [
+        ("memory", "'memory' is a standard resource, not an extended one", "spec.prefill.resources.memory"),
+        ("cpu", "'cpu' is a standard resource, not an extended one", "spec.prefill.resources.cpu"),
+        ("ephemeral-storage", "'ephemeral-storage' is a standard resource, not an extended one", None),
+        ("gpu", "'gpu' is not a standard container resource", None),
+    ],
+)
+def test_a_gpu_resource_name_must_be_an_extended_resource(name: str, detail: str, own_field: str | None) -> None:
+    """The fix is the device plugin's resource name, not the list of standard resources (whose advice was "use cpu,
+    memory, ..." for gpuResourceName: memory); a standard resource the user meant to set has its own field."""
+    document = case_document(set_at("spec.prefill.resources.gpuResourceName", name), None)
     [problem] = validate_deployment(document).problems
-    assert (problem.path, problem.message) == (
-        "spec.prefill.resources.gpuResourceName",
-        "the resource name must be an extended resource such as nvidia.com/gpu, not a standard one",
+    assert problem.path == "spec.prefill.resources.gpuResourceName"
+    assert problem.message.startswith("gpuResourceName must name the extended resource that grants GPUs to a pod; ")
+    assert detail in problem.message
+    assert problem.fix.startswith("set gpuResourceName to the extended resource your device plugin advertises for GPUs")
+    assert "nvidia.com/gpu" in problem.fix and "amd.com/gpu" in problem.fix
+    assert not any(standard in problem.fix for standard in ("use cpu", "ephemeral-storage", "hugepages"))
+    if own_field is None:
+        assert "is set by" not in problem.fix
+    else:
+        assert problem.fix.endswith(f"; the pod's {name} is set by {own_field}")
+
+
+def test_an_rdma_resource_name_must_be_an_extended_resource() -> None:
+    document = case_document(set_at("spec.transfer.network.rdma", {"resourceName": "memory"}), None)
+    [problem] = validate_deployment(document).problems
+    assert (problem.path, problem.message, problem.fix) == (
+        "spec.transfer.network.rdma.resourceName",
+        "resourceName must name the extended resource that grants RDMA devices to a pod; "
+        "'memory' is a standard resource, not an extended one",
+        "set resourceName to the extended resource your device plugin advertises for RDMA devices, such as rdma/ib "
+        "or vpc.amazonaws.com/efa",
     )

@@ -21,3 +21,43 @@ def test_a_deletion_changes_the_cache_only_when_it_removes_what_is_stored() -> N
     assert cache.delete("Pod", "ns", "p", "12")
     assert cache.get("Pod", "ns", "p") is None
     assert not cache.delete("Pod", "ns", "p", "12")  # the same deletion again
+
+
+def test_a_relist_drops_what_it_no_longer_holds_unless_it_was_written_since() -> None:
+    """The informer's relist after a lost watch: objects the list lacks are gone, except one written after the list
+    was taken (its resourceVersion is newer), wherever it sits among the stored objects."""
+    cache = Cache()
+    for name, version in (("a", "10"), ("newer", "30"), ("b", "11"), ("c", "12")):
+        assert cache.put("Pod", pod(name, version))
+    changed = cache.replace("Pod", "ns", [pod("c", "12")], "20")
+    assert [name for name in ("a", "newer", "b", "c") if cache.get("Pod", "ns", name) is not None] == ["newer", "c"]
+    assert changed == {("ns", "m")}
+    assert (cache.count("Pod"), cache.count()) == (2, 2)
+
+
+def test_a_namespaced_relist_leaves_other_namespaces_alone() -> None:
+    cache = Cache()
+    other = pod("x", "5")
+    other["metadata"]["namespace"] = "other"
+    assert cache.put("Pod", other) and cache.put("Pod", pod("a", "6"))
+    assert cache.replace("Pod", "ns", [], "20") == {("ns", "m")}
+    assert cache.get("Pod", "other", "x") is not None and cache.get("Pod", "ns", "a") is None
+    assert cache.replace("Pod", None, [], "20") == {("other", "m")}  # every namespace
+    assert cache.count() == 0
+
+
+def test_a_relist_that_changes_nothing_reports_no_owner() -> None:
+    cache = Cache()
+    assert cache.put("Pod", pod("a", "6"))
+    assert cache.replace("Pod", "ns", [pod("a", "6")], "20") == set()
+
+
+def test_the_count_is_per_kind_or_over_every_kind() -> None:
+    cache = Cache()
+    assert (cache.count(), cache.count("Pod")) == (0, 0)
+    assert cache.put("Pod", pod("a", "1")) and cache.put("Pod", pod("b", "2"))
+    service = {**pod("a", "3"), "kind": "Service"}
+    assert cache.put("Service", service)
+    assert (cache.count("Pod"), cache.count("Service"), cache.count("Secret"), cache.count()) == (2, 1, 0, 3)
+    assert cache.delete("Pod", "ns", "a")
+    assert (cache.count("Pod"), cache.count()) == (1, 2)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from disagg.reconcile.cache import Cache
@@ -46,6 +47,8 @@ async def test_renewals_continue_while_the_loop_is_blocked() -> None:
     stop = asyncio.Event()
     try:
         assert await election.acquire(stop)
+        # Named, so a thread dump (py-spy, faulthandler) tells the elector from the client's pool threads.
+        assert "leader-election" in {thread.name for thread in threading.enumerate()}
         before, renewed = lease_updates(server), renew_time(server)
         busy(BLOCKED_S)
         assert election.may_write(), "the lease was not renewed while the loop was blocked"

@@ -236,10 +236,13 @@ async def test_a_leader_that_finds_the_lease_taken_logs_who_holds_it_now(caplog:
     assert not await b._try()
     b_clock.now += 5  # only the standby's time passed
     assert await b._try()
+    before = len(server.requests)
     with caplog.at_level(logging.WARNING, logger="disagg.leader"):
         async with asyncio.timeout(5):
             await a.hold(asyncio.Event())
     assert not a.leading
+    # The renewal's conflict, then one read that shows the new holder: it stands down on that, not a try later.
+    assert [r.method for r in server.requests[before:] if "/leases" in r.path] == ["PUT", "GET"]
     assert "a lost the lease ops/disagg-operator (now held by b); it stops reconciling" in caplog.messages
 
 
@@ -256,3 +259,19 @@ async def test_losing_the_race_to_create_the_lease_is_quiet_other_failures_are_l
         assert not await a._try()
     [message] = caplog.messages
     assert message.startswith("creating lease ops/disagg-operator: 500") and "etcdserver: request timed out" in message
+
+
+async def test_a_release_the_api_server_refuses_is_logged_and_the_replica_stops_writing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, _ = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    server.fail(500, "etcdserver: request timed out", method="PUT", kind="Lease")
+    with caplog.at_level(logging.WARNING, logger="disagg.leader"):
+        await a.release()
+    assert not a.leading and not a.may_write()
+    assert lease(server)["holderIdentity"] == "a"  # the standby takes it once it expires
+    [message] = [m for m in caplog.messages if "release" in m]
+    assert message.startswith("could not release lease ops/disagg-operator: ")
+    assert "etcdserver: request timed out" in message

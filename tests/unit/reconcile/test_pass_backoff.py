@@ -111,9 +111,16 @@ class Crashing(FakeApiServer):
 async def test_an_unexpected_exception_backs_off_like_any_failure() -> None:
     h = harness(deployment_document(MINIMAL), Crashing(namespaces=(NAMESPACE,)))
     before = REGISTRY.get_sample_value("disagg_reconcile_errors_total", {"reason": "unexpected"}) or 0.0
-    assert [await one_pass(h) for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+    timed = REGISTRY.get_sample_value("disagg_reconcile_duration_seconds_count", {"result": "error"}) or 0.0
+    for expected in (1.0, 2.0, 4.0, 8.0):
+        assert await one_pass(h) == expected
+        # The key itself comes back after that delay, its failures counted.
+        due = h.reconciler.queue.due_in(h.key)
+        assert due is not None and expected - 0.5 < due <= expected
+    assert h.reconciler.queue.failures(h.key) == 4
     # Counted apart from the transient errors, so an alert can tell a bug from a flaky API server.
     assert REGISTRY.get_sample_value("disagg_reconcile_errors_total", {"reason": "unexpected"}) == before + 4
+    assert REGISTRY.get_sample_value("disagg_reconcile_duration_seconds_count", {"result": "error"}) == timed + 4
 
 
 async def test_an_autoscaled_deployment_with_an_apply_error_retries_before_its_next_evaluation() -> None:

@@ -3,6 +3,7 @@ remediation, the endpoint check for routers that cannot probe pairs, and the mod
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from disagg.names import SERVING_GATE
 from disagg.reconcile.kube import NotLeader
 from disagg.reconcile.metrics import REGISTRY
-from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document
+from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
 from tests.support.serving import checked_harness, controlled, create_pod, kubelet, make_pod, restart
 
 FRONTEND = """
@@ -196,7 +197,13 @@ async def test_a_restarted_engine_is_unready_until_its_pairs_pass_again() -> Non
     restart(h.server, "m-decode-a")
     await h.reconcile()  # the Deployment's ready count changed: a pass, not yet a round
     assert gate(h, "m-decode-a")["status"] == "False" and gate(h, "m-decode-a")["reason"] == "Restarted"
-    assert "EngineRestarted" in reasons(h)
+    # What `kubectl describe pod` shows: why the pod is unready and what ends it.
+    assert gate(h, "m-decode-a")["message"] == "restarts=1; restarted; ready again once its pairs pass"
+    [warning] = [e for e in h.events() if e["reason"] == "EngineRestarted"]
+    assert warning["type"] == "Warning"
+    assert warning["message"] == (
+        "decode pod m-decode-a restarted (restarts=1): not ready until a pair through it passes the serving check"
+    )
     kubelet(h.server)
     clock.now += 10
     await h.reconcile()
@@ -615,3 +622,78 @@ async def test_a_recreation_the_api_server_refuses_is_a_warning_and_nothing_is_d
     [warning] = [e for e in h.events() if e["reason"] == "RemediationFailed"]
     assert warning["type"] == "Warning"
     assert warning["message"].startswith("deleting pod m-") and "403" in warning["message"]
+
+
+async def test_without_a_serving_checker_no_engine_pod_waits_for_its_gate() -> None:
+    """An operator that runs no checker (the installation's default mode is Enforce) must not render the serving
+    readiness gate: nothing would ever set it, and no engine pod would become ready."""
+    h = harness(deployment_document(MINIMAL))
+    assert h.reconciler.serving is None
+    await h.reconcile()
+    for name in ("m-prefill", "m-decode"):
+        workload = h.server.get("Deployment", NAMESPACE, name)
+        assert workload is not None and "readinessGates" not in workload["spec"]["template"]["spec"], name
+
+
+async def test_a_terminating_frontend_pod_is_not_asked() -> None:
+    """A router pod being deleted still runs and has its IP until it stops, but it is on its way out: the check asks
+    the other one, and with none left says so."""
+    h, frontend, clock = checked_harness(deployment_document(FRONTEND))
+    await h.reconcile()
+    for name, role in (("m-prefill-a", "prefill"), ("m-decode-a", "decode")):
+        create_pod(h.server, "m", name, role, gated=True)
+    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
+        pod = make_pod("m", name, "router", ip=ip)
+        pod["metadata"]["finalizers"] = ["example.com/hold"]
+        h.server.create(controlled(h.server, pod))
+    h.server.remove("Pod", NAMESPACE, "m-router-a")
+    assert h.server.get("Pod", NAMESPACE, "m-router-a")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+    h.settle()
+    for _ in range(3):  # the check takes turns among the frontends it may ask
+        clock.now += 10
+        await h.reconcile()
+    assert frontend.asked and set(frontend.asked) == {"10.9.0.2"}
+    h.server.remove("Pod", NAMESPACE, "m-router-b")
+    clock.now += 10
+    await h.reconcile()
+    serving = h.condition("Serving")
+    assert (serving["status"], serving["reason"], serving["message"]) == (
+        "False",
+        "NoFrontend",
+        "no frontend pod is running, so nothing can be served",
+    )
+
+
+async def test_a_drain_one_frontend_refuses_is_logged_and_the_others_still_drain(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}").replace(
+        "decode: {replicas: 1}", "decode: {replicas: 2}"
+    )
+    h, frontend, clock = checked_harness(deployment_document(document), refuse_drain={"10.9.0.1"})
+    await h.reconcile()
+    for name, role in (
+        ("m-prefill-a", "prefill"),
+        ("m-prefill-b", "prefill"),
+        ("m-decode-a", "decode"),
+        ("m-decode-b", "decode"),
+    ):
+        create_pod(h.server, "m", name, role, gated=True)
+    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
+        create_pod(h.server, "m", name, "router", ip=ip)
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    frontend.behaviour = lambda p, d: "timeout" if (p, d) == ("m-prefill-a", "m-decode-a") else True
+    with caplog.at_level(logging.WARNING, logger="disagg"):
+        for step in (10, 2, 10):
+            clock.now += step
+            await h.reconcile()
+    assert frontend.drains == [("10.9.0.2", "m-prefill-a", "m-decode-a")]
+    assert (
+        "draining m-prefill-a->m-decode-a at 10.9.0.1: POST http://10.9.0.1:8001/disagg/v1/drain: 503 Service "
+        "Unavailable" in caplog.messages
+    )
+    assert h.condition("Degraded")["reason"] == "PairsDrained"

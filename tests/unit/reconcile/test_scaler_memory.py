@@ -33,3 +33,56 @@ def test_text_that_is_not_this_policys_state_starts_fresh() -> None:
     broken = {**json.loads(text), "state": {"prefill": {"replicas": "three"}}}
     for bad in (None, "", "{", json.dumps(other_shape), json.dumps(broken), json.dumps({"format": 99})):
         assert scaler_memory.decode(bad) is None, bad
+
+
+def test_a_state_of_another_shape_has_another_fingerprint() -> None:
+    """What a text's fingerprint stands for: a policy that remembers a field under another name, of another type,
+    optional or not, or a tuple of other items, writes a shape this one does not restore; the same shape, defined
+    again, is the same text (the fingerprint is a digest of it, so every operator version computes it alike)."""
+    import dataclasses
+    from typing import Optional
+
+    def shape(*fields: tuple[str, object], name: str = "Memory") -> str:
+        return scaler_memory._shape(dataclasses.make_dataclass(name, list(fields), frozen=True))
+
+    base = shape(
+        ("replicas", int), ("load", float | None), ("history", tuple[float, ...]), ("point", tuple[int, float])
+    )
+    assert base == shape(
+        ("replicas", int), ("load", float | None), ("history", tuple[float, ...]), ("point", tuple[int, float])
+    )
+    others = [
+        shape(("count", int), ("load", float | None), ("history", tuple[float, ...]), ("point", tuple[int, float])),
+        shape(
+            ("replicas", float), ("load", float | None), ("history", tuple[float, ...]), ("point", tuple[int, float])
+        ),
+        shape(("replicas", int), ("load", float), ("history", tuple[float, ...]), ("point", tuple[int, float])),
+        shape(("replicas", int), ("load", int | None), ("history", tuple[float, ...]), ("point", tuple[int, float])),
+        shape(("replicas", int), ("load", float | None), ("history", tuple[int, ...]), ("point", tuple[int, float])),
+        shape(
+            ("replicas", int), ("load", float | None), ("history", tuple[float, float]), ("point", tuple[int, float])
+        ),
+        shape(("replicas", int), ("load", float | None), ("history", tuple[float, ...]), ("point", tuple[int, int])),
+        shape(("replicas", int), ("load", float | None), ("history", tuple[float, ...])),
+        shape(
+            ("replicas", int),
+            ("load", float | None),
+            ("history", tuple[float, ...]),
+            ("point", tuple[int, float]),
+            name="Other",
+        ),
+    ]
+    assert len({base, *others}) == len(others) + 1
+    # The spellings of one union are one shape; a list is not a tuple.
+    assert shape(("load", Optional[float])) == shape(("load", float | None))  # noqa: UP045
+    assert shape(("history", list[float])) != shape(("history", tuple[float, ...]))
+
+
+def test_a_nested_state_of_another_shape_has_another_fingerprint() -> None:
+    import dataclasses
+
+    inner = dataclasses.make_dataclass("Fit", [("at", float)], frozen=True)
+    other = dataclasses.make_dataclass("Fit", [("at", int)], frozen=True)
+    outer = [dataclasses.make_dataclass("State", [("fit", fit | None)], frozen=True) for fit in (inner, other)]
+    assert scaler_memory._shape(outer[0]) != scaler_memory._shape(outer[1])
+    assert scaler_memory._shape(PolicyState) == scaler_memory._shape(PolicyState)

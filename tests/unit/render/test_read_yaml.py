@@ -40,7 +40,7 @@ def same(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
+    if isinstance(a, list | tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
@@ -64,6 +64,14 @@ def test_every_rendered_text_reads_as_pyyaml_reads_it() -> None:
         "dup: 1\ndup: 2\n",
         "- a\n- {b: c}\n- [d]\n- !!str 5\n- !!int '7'\n",
         "key: |\n  block\n  text\nfolded: >\n  a\n  b\n",
+        # Maps and lists under other tags, whose keys are plain strings: PyYAML builds a set, an ordered map, pairs.
+        "!!set {a, b}\n",
+        # Keys that are scalars but not strings, alone in their map.
+        "1: one\n2: two\n",
+        "outer: {true: yes, 3.5: x}\n",
+        "x: !!set {a: null}\n",
+        "!!omap [{a: 1}, {b: 2}]\n",
+        "y: !!pairs [{a: 1}, {a: 2}]\n",
     ],
 )
 def test_what_the_templates_do_not_produce_reads_as_pyyaml_reads_it(text: str) -> None:

@@ -831,10 +831,10 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     backed, reasons = needs(replace(idle, itl_backoff_rise=0.25))
     climbing = range(24, 36)
     assert all(backed[i] > 1.15 * plain[i] for i in climbing)
-    assert all("load building up" in reasons[i] for i in climbing)
+    assert all("replicas from load building up, careful aim; decode " in reasons[i] for i in climbing)
     # Flat again for a few minutes: the room above idle is used again.
     assert backed[-1] == pytest.approx(plain[-1])
-    assert "load building up" not in reasons[-1]
+    assert "load building up" not in reasons[-1] and "replicas from decode " in reasons[-1]
     # Backing off to a share of the room above idle instead: 35% of what the target leaves above the fit's idle
     # (about 49 ms) is about 67 ms, not the careful 70 ms of the whole target.
     room, _ = needs(replace(idle, itl_backoff_rise=0.25, itl_backoff_room_share=0.35))
@@ -878,6 +878,8 @@ def test_a_model_scale_up_soon_after_our_scale_down_teaches_the_floor_when_asked
     assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill"), gap_intervals=4) == [3] * 80
     # Only in the pools it names.
     assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="decode"), gap_intervals=4)[-1] == 2
+    # A list of pools, as the setting's documentation writes it.
+    assert _back_up_soon_after_coming_down(Tuning(learn_floor_any="prefill,decode"), gap_intervals=4) == [3] * 80
 
 
 def test_the_floor_is_taught_only_within_learn_floor_windows_of_the_scale_down() -> None:

@@ -158,3 +158,90 @@ def test_a_hold_message_names_the_source_s_reason_and_only_when_there_is_one() -
 
     assert reason(None).endswith("prefill metrics are 600s old")
     assert reason("scrape timed out").endswith("prefill metrics are 600s old: scrape timed out")
+
+
+def test_a_decode_p90_at_its_target_is_not_safe_to_shrink_whatever_the_mean_says() -> None:
+    """The fit reads the mean ITL (D180's exact signal), but a p90 already at the target means a smaller pool would
+    break it: the mean alone, well below the target here, must not let decode shrink."""
+    from disagg.scaling.policy.decode import propose_decode
+
+    config = config_from_spec(make_spec())
+    target = config.itl_target_s
+    assert target is not None
+    state = PolicyState()
+
+    def proposal(p90: float) -> Proposal:
+        snap = replace(decode_snap(0.0), itl_mean_s=0.3 * target, itl_p90_s=p90)
+        return propose_decode(config, snap, state, state.decode, Tuning())
+
+    calm = proposal(0.9 * target)
+    assert calm.safe_to_shrink and calm.shrink_note == ""
+    at_target = proposal(target)
+    assert not at_target.safe_to_shrink
+    assert at_target.shrink_note == (f"ITL {0.3 * target:.4f}s is near the {target:.4f}s target or requests are queued")
+
+
+def test_the_gpu_budget_cuts_the_pool_whose_replicas_would_carry_the_least_need_each() -> None:
+    """Over the budget by one GPU: removing a decode replica leaves 4.0 needed over 5 (0.8 each), removing a prefill
+    one leaves 1.0 over 1 (1.0 each), so decode gives one up, although its need is the larger."""
+    from disagg.scaling.policy.limits import _gpu_budget
+
+    config = config_from_spec(make_spec(maxGpus=7))
+    proposals = {"prefill": Proposal(need=1.0, why=""), "decode": Proposal(need=4.0, why="")}
+    notes: dict[str, list[str]] = {"prefill": [], "decode": []}
+    out = _gpu_budget(config, proposals, {"prefill": 2, "decode": 6}, notes)  # type: ignore[arg-type]
+    assert out == {"prefill": 2, "decode": 5}
+    assert notes == {"prefill": [], "decode": ["cut to 5 by the GPU budget of 7"]}
+
+
+def test_a_pool_held_at_its_minimum_says_minreplicas() -> None:
+    run = Run(make_spec(prefill={"autoscaling": {"minReplicas": 2}}))
+    for _ in range(60):  # past the stabilisation window: the model's 1 replica is what is wanted
+        d = run.step(prefill_snap(run.now, rps=1.0), decode_snap(run.now))
+    assert d.prefill is not None and d.prefill.replicas == 2
+    assert "held at minReplicas 2 (wanted 1)" in d.prefill.reason
+
+
+def test_while_decode_is_queued_the_first_tokens_teach_prefill_nothing() -> None:
+    """In P/D a first token also waits for a decode slot: slow first tokens while decode queues are not prefill's
+    burstiness, and k stays unlearned; the same windows with decode keeping up do teach it."""
+    from tests.unit.scaling.test_policy import ttft_histogram
+
+    def learned(waiting: float) -> float | None:
+        run = Run(make_spec())
+        for _ in range(6):
+            queued = replace(decode_snap(run.now), waiting_requests=waiting)
+            run.step(replace(prefill_snap(run.now), ttft_histogram=ttft_histogram(0.08)), queued)
+        assert run.state is not None
+        return run.state.queue_factor
+
+    assert learned(0.0) is not None
+    assert learned(1.0) is None
+
+
+def test_a_measured_capacity_moves_the_learned_one_part_of_the_way() -> None:
+    """Capacity is smoothed (Tuning.capacity_smoothing): a new measurement pulls the learned value towards it, never
+    past it nor away from it."""
+    from disagg.scaling.policy.state import ewma
+
+    assert ewma(None, 5.0, 0.2) == 5.0
+    assert ewma(10.0, 20.0, 0.25) == 12.5
+    assert ewma(20.0, 10.0, 0.25) == 17.5
+    run = Run(make_spec())
+    run.steady(4)
+    assert run.state is not None and run.state.prefill_capacity == 40_000.0
+    faster = replace(prefill_snap(run.now), prefill_tokens_per_busy_s=50_000.0)
+    run.step(faster, decode_snap(run.now))
+    smoothing = Tuning().capacity_smoothing
+    assert run.state.prefill_capacity == 40_000.0 + smoothing * 10_000.0
+
+
+def test_without_a_target_for_its_slo_a_pool_is_held_and_the_message_names_the_missing_field() -> None:
+    run = Run(make_spec(slo={"itlP90": "25ms"}))
+    d = run.step(prefill_snap(0.0), decode_snap(0.0))
+    assert d.prefill is not None and d.prefill.hold == "NoSloTarget"
+    assert d.prefill.reason == "holding prefill at 2: no ttftP90 target to size prefill by"
+    run = Run(make_spec(slo={"ttftP90": "1s"}))
+    d = run.step(prefill_snap(0.0), decode_snap(0.0))
+    assert d.decode is not None and d.decode.hold == "NoSloTarget"
+    assert d.decode.reason == "holding decode at 3: no itlP90 target to size decode by"
