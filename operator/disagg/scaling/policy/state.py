@@ -25,6 +25,9 @@ class Recommendation:
     load: float | None = None
     """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
     (Tuning.itl_backoff_rise)."""
+    per_request: float | None = None
+    """Decode: generated tokens per request then (generated tokens/s over the request rate), for a load that builds
+    up because outputs got longer, not because more requests came (Tuning.itl_backoff_per_request_rise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,11 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
     return sample if previous is None else previous + smoothing * (sample - previous)
 
 
-def recommendation(now: float, need: float, tuning: Tuning, load: float | None = None) -> Recommendation:
-    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need, load)
+def recommendation(
+    now: float, need: float, tuning: Tuning, load: float | None = None, per_request: float | None = None
+) -> Recommendation:
+    up_to, down_to = ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance))
+    return Recommendation(now, up_to, down_to, need, load, per_request)
 
 
 def ceil_replicas(value: float) -> int:
