@@ -62,11 +62,14 @@ class Tuning:
     the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
     itl_backoff_window_s: float = 180.0
     itl_backoff_per_request_rise: float = 0.0
-    """...and only while the generated tokens per request are also at least this share above their median over the
-    same window (0: whatever the tokens per request). More requests of the same length reach their new
-    concurrency within one request duration (bursty's spikes: 250 tokens, about 20 s); longer outputs build it up
-    for minutes (mix_shift's switch to 2k-token answers), which is what the careful aim is for. Without it, every
-    spike of short requests was sized at the careful aim: decode ran twice the replicas a spike needed."""
+    """...and only while the generated-token rate rose at least this share more than the request rate did, each
+    against its median over the same window (0: whatever the requests did), so the tokens per request grew. More
+    requests of the same length reach their new concurrency within one request duration (bursty's spikes: 250
+    tokens, about 20 s); longer outputs build it up for minutes (mix_shift's switch to 2k-token answers), which is
+    what the careful aim is for. Without it, every spike of short requests was sized at the careful aim: decode
+    ran about twice the replicas a spike needed."""
+    itl_backoff_request_window_s: float = 60.0
+    """The request rate it is compared with is its mean over this long (clumped arrivals make one window's noisy)."""
     itl_backoff_room_share: float = 0.0
     """...and aim, while backing off, at this share of the room above idle instead (0: at `itl_margin` of the whole
     target). Where the idle step is half the target, the whole-target aim counts a third of the sequences per
@@ -95,11 +98,6 @@ class Tuning:
     slope is the ITL's noise over a batch of a sequence or less: it counts a sequence or two per replica, more
     replicas shrink the batch the next window measures, and the pool grows on a load one replica carries (found on
     the held-out code_onoff trace: decode 3 -> 8 on 5 sequences)."""
-    itl_anchor_max_reach: float = 0.0
-    """Read the secant at most this many times as far above its idle as the pool runs (0: any distance); beyond,
-    take the larger of the secant's and the fit's batch. Near idle the measured rise is mostly noise: capped at
-    IDLE_SHARE_MAX of the measured ITL, the idle makes the secant steep, it counts a sequence or two per replica,
-    more replicas shrink the batch the next window measures, and the pool grows on a load one replica carries."""
     itl_point_smoothing: float = 0.3
     """EWMA weight of a window's (batch, mean ITL) in where the pool runs."""
     itl_fit_skips_overload: bool = True

@@ -11,7 +11,7 @@ from disagg.api.pool import PoolName
 from disagg.scaling.snapshot import Observation, PoolSnapshot
 
 from .config import DEFAULT_TUNING, POOLS, PolicyConfig, Tuning
-from .decode import learn_decode, propose_decode, tokens_per_request
+from .decode import learn_decode, propose_decode
 from .limits import Final, constrain
 from .prefill import learn_prefill, propose_prefill
 from .proposal import HoldReason, Proposal, hold_reason, trusted
@@ -174,7 +174,7 @@ def _remember(
         )
         snap = observation.pool(name)
         load = pool_load(snap)
-        latest = recommendation(now, proposal.need, tuning, load, tokens_per_request(snap))
+        latest = recommendation(now, proposal.need, tuning, load, snap.request_rate)
         history = (*(r for r in history if r.at >= keep_after), latest)
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = snap.ready_replicas

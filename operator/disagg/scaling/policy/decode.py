@@ -11,7 +11,7 @@ from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, stationary
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, Recommendation, moments, stationary
 
 
 def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
@@ -77,37 +77,46 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
     return floor + aim * (target - floor)
 
 
-def tokens_per_request(snap: PoolSnapshot) -> float | None:
-    """Decode's generated tokens per request in the window (None for prefill, or without both rates)."""
-    rate, requests = snap.generation_token_rate, snap.request_rate
-    if snap.pool != "decode" or rate is None or requests is None or requests <= 0:
-        return None
-    return rate / requests
-
-
 def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
     """Whether the generated-token rate is `itl_backoff_rise` above its median over the last
     `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs)
-    and, with `itl_backoff_per_request_rise`, the tokens per request rose too: the aim above idle then backs off to
-    the careful one (Tuning.itl_backoff_rise). On the load, not the need: the need moves with the aim itself, and
-    its noise on a steady load read as a climb. Per request, because more requests of the same length reach their
-    new concurrency within one request duration, well inside a start-up when outputs are short; it is longer
-    outputs whose concurrency keeps growing for minutes."""
+    and, with `itl_backoff_per_request_rise`, it rose that much more than the request rate did: the aim above idle
+    then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not the need: the need moves with the
+    aim itself, and its noise on a steady load read as a climb. Against the requests, because more requests of the
+    same length reach their new concurrency within one request duration, inside a start-up when outputs are short;
+    it is longer outputs whose concurrency keeps growing for minutes."""
     rate = snap.generation_token_rate
     if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or rate is None:
         return False
-    window = tuning.itl_backoff_window_s
-    since = snap.taken_at - window
-    recent = [r.load for r in memory.history if r.load is not None and r.at > since]
-    if len(recent) < 4 or rate < (1.0 + tuning.itl_backoff_rise) * statistics.median(recent):
+    since = snap.taken_at - tuning.itl_backoff_window_s
+    recent = [r for r in memory.history if r.at > since]
+    loads = [r.load for r in recent if r.load is not None]
+    if len(loads) < 4 or rate < (1.0 + tuning.itl_backoff_rise) * statistics.median(loads):
         return False
     if tuning.itl_backoff_per_request_rise <= 0:
         return True
-    per_request = tokens_per_request(snap)
-    lengths = [r.per_request for r in memory.history if r.per_request is not None and r.at > since]
-    if per_request is None or not lengths:
-        return True  # nothing says the requests did not get longer: stay careful
-    return per_request >= (1.0 + tuning.itl_backoff_per_request_rise) * statistics.median(lengths)
+    return rate / statistics.median(loads) >= (1.0 + tuning.itl_backoff_per_request_rise) * request_rise(
+        recent, snap, tuning
+    )
+
+
+def request_rise(recent: list[Recommendation], snap: PoolSnapshot, tuning: Tuning) -> float:
+    """How much the request rate rose: its mean over the last `itl_backoff_request_window_s` (this window
+    included: one window's count of clumped arrivals is noisy) over its median in `recent`. 1 when the source
+    gives no request rate (nothing then says the requests did not get longer); infinite when requests came from
+    nothing."""
+    if snap.request_rate is None:
+        return 1.0
+    rates = [r.requests for r in recent if r.requests is not None]
+    if not rates:
+        return 1.0
+    since = snap.taken_at - tuning.itl_backoff_request_window_s
+    latest = [r.requests for r in recent if r.requests is not None and r.at > since] + [snap.request_rate]
+    base = statistics.median(rates)
+    now = sum(latest) / len(latest)
+    if base <= 0:
+        return math.inf if now > 0 else 1.0
+    return now / base
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
@@ -158,7 +167,6 @@ class ItlModel:
         usage_per_sequence: float,
         max_batch: float,
         anchor: tuple[float, float] | None = None,
-        max_reach: float = 0.0,
     ) -> float:
         """Sequences one replica runs at this ITL, when each holds `usage_per_sequence` of its KV cache.
 
@@ -167,22 +175,14 @@ class ItlModel:
         measured batch flattens a least-squares slope and lifts its intercept (a third of the true slope and an
         idle 10 ms high: one replica where two were needed, and a 2 <-> 1 flap). Through the measured point the
         error the idle estimate makes shrinks as the pool nears its aim. The idle is held under IDLE_SHARE_MAX of
-        the measured ITL, so that a fit idle close to it does not turn noise into a tiny batch.
-
-        With `max_reach`, the secant is read at most that many times as far above its idle as the pool runs; further
-        out (a pool near idle) the measured rise is mostly noise, and the answer is the larger of the secant's and
-        the fit's (Tuning.itl_anchor_max_reach)."""
-        slope = max(self.per_sequence(usage_per_sequence, max_batch), 1e-12)
-        fitted = max(itl - self.idle, 0.0) / slope
+        the measured ITL, so that a fit idle close to it does not turn noise into a tiny batch."""
         if anchor is not None:
             batch_now, itl_now = anchor
             idle = min(self.idle, IDLE_SHARE_MAX * itl_now)
             if batch_now > 0 and itl_now > idle:
-                secant = max(batch_now * (itl - idle) / (itl_now - idle), 0.0)
-                if max_reach <= 0 or itl - idle <= max_reach * (itl_now - idle):
-                    return secant
-                return max(secant, fitted)
-        return fitted
+                return max(batch_now * (itl - idle) / (itl_now - idle), 0.0)
+        slope = max(self.per_sequence(usage_per_sequence, max_batch), 1e-12)
+        return max(itl - self.idle, 0.0) / slope
 
 
 def itl_model(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> ItlModel:
@@ -271,7 +271,7 @@ def propose_decode(
     if anchor is not None and anchor[0] < tuning.itl_anchor_min_batch:
         anchor = None
     batch = min(
-        model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor, tuning.itl_anchor_max_reach),
+        model.sequences_at(itl_at_target, usage_per_sequence, max_batch, anchor),
         tuning.kv_ceiling / usage_per_sequence,
         max_batch,
     )

@@ -25,9 +25,9 @@ class Recommendation:
     load: float | None = None
     """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
     (Tuning.itl_backoff_rise)."""
-    per_request: float | None = None
-    """Decode: generated tokens per request then (generated tokens/s over the request rate), for a load that builds
-    up because outputs got longer, not because more requests came (Tuning.itl_backoff_per_request_rise)."""
+    requests: float | None = None
+    """The pool's request rate then, to tell a load that builds up because outputs got longer from one that rose
+    because more requests came (Tuning.itl_backoff_per_request_rise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +112,10 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
 
 
 def recommendation(
-    now: float, need: float, tuning: Tuning, load: float | None = None, per_request: float | None = None
+    now: float, need: float, tuning: Tuning, load: float | None = None, requests: float | None = None
 ) -> Recommendation:
     up_to, down_to = ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance))
-    return Recommendation(now, up_to, down_to, need, load, per_request)
+    return Recommendation(now, up_to, down_to, need, load, requests)
 
 
 def ceil_replicas(value: float) -> int:
