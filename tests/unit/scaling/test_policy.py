@@ -892,3 +892,67 @@ def test_a_learned_floor_lapses_when_the_load_falls_well_below_what_taught_it() 
     taught = Tuning(learn_floor_any="prefill")
     assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.4), gap_intervals=4) == [3] * 80
     assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.6), gap_intervals=4)[-1] == 2
+
+
+def _decode_needs_through_a_rise(tuning: Tuning, longer_outputs: bool) -> tuple[list[float], list[str]]:
+    """The engine above (49 ms idle, +0.68 ms per sequence) on 2 replicas, against a 100 ms target, 5 minutes at 20
+    sequences, then the generated-token rate climbs to five times that over 5 minutes and holds. With
+    `longer_outputs` the request rate stays at 2/s (each answer got longer: concurrency builds up for minutes);
+    otherwise it climbs with the tokens (more requests of the same length)."""
+    run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+    out, reasons = [], []
+    for i in range(60):
+        grown = min(max(i - 20, 0) / 20, 1.0)
+        running = 20.0 + 80.0 * grown
+        itl = 0.0488 + 0.00068 * running / 2
+        requests = 2.0 if longer_outputs else 2.0 * running / 20.0
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, 2, request_rate=requests, generation_token_rate=running / itl,
+            running_requests=running, waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1,
+            itl_mean_s=itl,
+        )  # fmt: skip
+        d = run.step(prefill_snap(run.now), snap)
+        assert d.decode is not None and d.decode.need is not None
+        out.append(d.decode.need)
+        reasons.append(d.decode.reason)
+    return out, reasons
+
+
+def test_the_decode_back_off_is_for_longer_outputs_not_for_more_requests() -> None:
+    # The back-off (aim at 70 % of the whole target while the token rate is twice its 3-minute median) is there
+    # for concurrency that keeps growing for a whole long request. More requests of the same length reach their
+    # concurrency within a request duration; compared with the request rate's own rise, they do not back off. (A
+    # rise of 25 % fires the back-off on this gentle climb; the rule on the requests is the same at any rise.)
+    plain = Tuning(itl_backoff_rise=0.25, itl_backoff_per_request_rise=0.0)
+    per_request = replace(plain, itl_backoff_per_request_rise=0.25)
+    climbing = range(24, 36)
+    for tuning in (plain, per_request):
+        _, reasons = _decode_needs_through_a_rise(tuning, longer_outputs=True)
+        assert any("load building up" in reasons[i] for i in climbing)
+    _, reasons = _decode_needs_through_a_rise(plain, longer_outputs=False)
+    assert any("load building up" in reasons[i] for i in climbing)
+    needs, reasons = _decode_needs_through_a_rise(per_request, longer_outputs=False)
+    assert not any("load building up" in r for r in reasons)
+    backed, _ = _decode_needs_through_a_rise(plain, longer_outputs=False)
+    assert all(needs[i] <= backed[i] for i in range(60)) and any(needs[i] < 0.9 * backed[i] for i in climbing)
+
+
+def test_the_decode_back_off_holds_without_a_request_rate() -> None:
+    # A source that gives no request rate says nothing against longer outputs: the plain back-off applies.
+    def reasons_without_rate(tuning: Tuning) -> list[str]:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        out = []
+        for i in range(40):
+            running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
+            itl = 0.0488 + 0.00068 * running / 2
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
+                waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+            assert d.decode is not None
+            out.append(d.decode.reason)
+        return out
+
+    tuning = Tuning(itl_backoff_rise=0.25, itl_backoff_per_request_rise=0.25)
+    assert any("load building up" in r for r in reasons_without_rate(tuning))

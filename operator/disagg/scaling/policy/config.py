@@ -62,14 +62,14 @@ class Tuning:
     the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
     itl_backoff_window_s: float = 180.0
     itl_backoff_per_request_rise: float = 0.0
-    """...and only while the generated-token rate rose at least this share more than the request rate did, each
-    against its median over the same window (0: whatever the requests did), so the tokens per request grew. More
+    """...and only while the generated tokens per request over the last `itl_backoff_request_window_s` are at least
+    this share above those over `itl_backoff_window_s` (0: whatever the requests did). More
     requests of the same length reach their new concurrency within one request duration (bursty's spikes: 250
     tokens, about 20 s); longer outputs build it up for minutes (mix_shift's switch to 2k-token answers), which is
     what the careful aim is for. Without it, every spike of short requests was sized at the careful aim: decode
     ran about twice the replicas a spike needed."""
     itl_backoff_request_window_s: float = 60.0
-    """The request rate it is compared with is its mean over this long (clumped arrivals make one window's noisy)."""
+    """How far back "lately" reaches for the tokens per request (one window's count of clumped arrivals is noisy)."""
     itl_backoff_room_share: float = 0.0
     """...and aim, while backing off, at this share of the room above idle instead (0: at `itl_margin` of the whole
     target). Where the idle step is half the target, the whole-target aim counts a third of the sequences per

@@ -80,7 +80,7 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
 def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
     """Whether the generated-token rate is `itl_backoff_rise` above its median over the last
     `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs)
-    and, with `itl_backoff_per_request_rise`, it rose that much more than the request rate did: the aim above idle
+    and, with `itl_backoff_per_request_rise`, the tokens per request rose too (`longer_outputs`): the aim above idle
     then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not the need: the need moves with the
     aim itself, and its noise on a steady load read as a climb. Against the requests, because more requests of the
     same length reach their new concurrency within one request duration, inside a start-up when outputs are short;
@@ -95,28 +95,30 @@ def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
         return False
     if tuning.itl_backoff_per_request_rise <= 0:
         return True
-    return rate / statistics.median(loads) >= (1.0 + tuning.itl_backoff_per_request_rise) * request_rise(
-        recent, snap, tuning
-    )
+    return longer_outputs(recent, snap, tuning)
 
 
-def request_rise(recent: list[Recommendation], snap: PoolSnapshot, tuning: Tuning) -> float:
-    """How much the request rate rose: its mean over the last `itl_backoff_request_window_s` (this window
-    included: one window's count of clumped arrivals is noisy) over its median in `recent`. 1 when the source
-    gives no request rate (nothing then says the requests did not get longer); infinite when requests came from
-    nothing."""
-    if snap.request_rate is None:
-        return 1.0
-    rates = [r.requests for r in recent if r.requests is not None]
-    if not rates:
-        return 1.0
+def longer_outputs(recent: list[Recommendation], snap: PoolSnapshot, tuning: Tuning) -> bool:
+    """Whether the generated tokens per request over the last `itl_backoff_request_window_s` (this window included)
+    are `itl_backoff_per_request_rise` above those over all of `recent` and this window. Ratios of sums over the
+    same windows: one window's count of clumped arrivals is noisy, and the tokens of more requests of the same
+    length follow them within a request duration, so a spike of requests reads as fewer tokens per request, not
+    more. True when the source gives no request rate (nothing then says the outputs did not get longer) or no
+    request came lately."""
+    now = (snap.taken_at, snap.generation_token_rate, snap.request_rate)
+    points = [(r.at, r.load, r.requests) for r in recent] + [now]
+    known = [(at, g, q) for at, g, q in points if g is not None and q is not None]
+    if snap.request_rate is None or not known:
+        return True
     since = snap.taken_at - tuning.itl_backoff_request_window_s
-    latest = [r.requests for r in recent if r.requests is not None and r.at > since] + [snap.request_rate]
-    base = statistics.median(rates)
-    now = sum(latest) / len(latest)
-    if base <= 0:
-        return math.inf if now > 0 else 1.0
-    return now / base
+    lately = [(g, q) for at, g, q in known if at > since]
+    tokens, requests = sum(g for g, _ in lately), sum(q for _, q in lately)
+    all_tokens, all_requests = sum(g for _, g, _ in known), sum(q for _, _, q in known)
+    if requests <= 0:
+        return True
+    if all_tokens <= 0:
+        return False
+    return tokens / requests >= (1.0 + tuning.itl_backoff_per_request_rise) * all_tokens / all_requests
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
