@@ -140,6 +140,11 @@ class Tuning:
     """The queue counts as draining, and the feedback path waits, when it fell below this share of the last one."""
     decode_queue_share: float = 0.05
     """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
+    decode_queue_room: float = 0.0
+    """...and only while its batch per replica or its KV usage is at least this share of its cap or ceiling (0:
+    at any size). With room for as many sequences again, the waiting requests are KV transfers still under way,
+    not a shortage of slots: on short answers (a code assistant's 14 tokens) they are a large share of the batch,
+    the feedback path doubled decode for them, and they blocked prefill's own feedback and learning."""
 
     burst_hold_windows: float = 4.0
     """After the pool was caught short (see `burst_factor`), scale down only to the highest recommendation of up to

@@ -23,12 +23,29 @@ def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
     return snap.itl_p90_s
 
 
+def queued_for_slots(snap: PoolSnapshot, config: PolicyConfig, tuning: Tuning) -> bool:
+    """Whether decode's waiting requests are a shortage of slots: at least `decode_queue_share` of the running batch
+    (and `feedback_min_queue`), on a pool with less room left than `decode_queue_room` of its KV ceiling and its
+    batch cap. With room for as many sequences again, a waiting request is one whose KV is still arriving from
+    prefill (vLLM counts those as waiting): more decode replicas do not make the transfer faster, and with short
+    answers they are a large share of the running batch."""
+    running = snap.running_requests or 0.0
+    waiting = snap.waiting_requests or 0.0
+    if waiting < max(tuning.feedback_min_queue, tuning.decode_queue_share * running):
+        return False
+    room = tuning.decode_queue_room
+    if room <= 0:
+        return True
+    per_replica = running / max(snap.ready_replicas, 1)
+    usage = snap.kv_cache_usage
+    return per_replica >= room * batch_cap(config, tuning) or (usage is None or usage >= room * tuning.kv_ceiling)
+
+
 def overloaded(snap: PoolSnapshot, config: PolicyConfig, tuning: Tuning) -> bool:
     """Requests queued for a decode slot or KV past the ceiling: the window shows stalls (preemption, admission),
     not the cost of a step, and a fit on it learns a per-sequence cost several times too high."""
     running = snap.running_requests or 0.0
-    waiting = snap.waiting_requests or 0.0
-    queued = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    queued = queued_for_slots(snap, config, tuning)
     full = running / max(snap.ready_replicas, 1) >= tuning.kv_ceiling * batch_cap(config, tuning)
     return queued or full or (snap.kv_cache_usage or 0.0) > tuning.kv_ceiling
 
@@ -289,7 +306,7 @@ def propose_decode(
         f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"
     )
     # A few sequences waiting a moment for their KV transfer are not a shortage; a queue this share of the batch is.
-    material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    material = queued_for_slots(snap, config, tuning)
     queued = (running + waiting) / running if material else 0.0
     # A batch near maxNumSeqs has no slot left for the next arrivals, whatever the ITL says yet.
     full = running / snap.ready_replicas / max_batch / tuning.kv_ceiling
