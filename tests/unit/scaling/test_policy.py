@@ -956,3 +956,53 @@ def test_the_decode_back_off_holds_without_a_request_rate() -> None:
 
     tuning = Tuning(itl_backoff_rise=0.25, itl_backoff_per_request_rise=0.25)
     assert any("load building up" in r for r in reasons_without_rate(tuning))
+
+
+def _short_answers(tuning: Tuning) -> tuple[list[int], list[Decision]]:
+    """Decode on 2 replicas serving a code assistant's short answers: 12 sequences running, 3 more waiting for
+    their KV to arrive from prefill, KV usage 2 %, ITL well under the 100 ms target. Decode's sizes over 10 minutes,
+    and every decision."""
+    run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+    ready, sizes = 2, []
+    for _ in range(40):
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, ready, request_rate=20.0, generation_token_rate=12 / 0.05,
+            running_requests=12.0, waiting_requests=3.0, kv_cache_usage=0.02, itl_p90_s=0.06, itl_mean_s=0.05,
+        )  # fmt: skip
+        d = run.step(prefill_snap(run.now, ttft=1.5, waiting=4.0), snap)
+        assert d.decode is not None
+        ready = d.decode.replicas
+        sizes.append(ready)
+    return sizes, run.decisions
+
+
+def test_decode_requests_waiting_for_their_kv_are_not_a_shortage_of_slots() -> None:
+    # Three requests waiting beside twelve running is a quarter of the batch: read as a queue for slots it breaks
+    # decode's limits, the feedback path adds replicas, and prefill, whose TTFT is over its target with a queue,
+    # holds back because "the first token waits for decode". With room for many times the batch, the waiting
+    # requests are transfers still under way.
+    counted, counted_decisions = _short_answers(Tuning(decode_queue_room=0.0))
+    assert max(counted) > 2
+    assert all(d.prefill is not None and d.prefill.replicas == 2 for d in counted_decisions)
+    roomy, roomy_decisions = _short_answers(Tuning(decode_queue_room=0.5))
+    assert max(roomy) <= 2 and roomy[-1] == 1
+    assert any(d.prefill is not None and d.prefill.replicas > 2 for d in roomy_decisions)
+
+
+def test_a_decode_queue_on_a_full_pool_is_still_a_shortage() -> None:
+    # The same share of waiting requests on a pool running 200 of its 256 slots per replica, or at half its KV:
+    # no room, so it counts whatever the rule; with room for as many again it counts only without the rule.
+    from disagg.scaling.policy.decode import queued_for_slots
+
+    config = config_from_spec(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}))
+
+    def snap(running: float, kv: float) -> PoolSnapshot:
+        return PoolSnapshot(
+            "decode", 0.0, INTERVAL, 2, running_requests=running, waiting_requests=0.1 * running, kv_cache_usage=kv
+        )
+
+    for room in (0.0, 0.5):
+        assert queued_for_slots(snap(400.0, 0.2), config, Tuning(decode_queue_room=room))
+        assert queued_for_slots(snap(40.0, 0.45), config, Tuning(decode_queue_room=room))
+    assert queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.0))
+    assert not queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.5))

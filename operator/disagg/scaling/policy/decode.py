@@ -321,6 +321,9 @@ def propose_decode(
     itl = fit_signal(snap, tuning)
     over = (snap.itl_p90_s or 0.0) >= target
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and not over
-    safe = safe and (snap.waiting_requests or 0.0) < 1.0
+    if tuning.decode_queue_room > 0:  # transfers under way do not stop the survivors from absorbing the load
+        safe = safe and not queued_for_slots(snap, config, tuning)
+    else:
+        safe = safe and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
     return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0)
