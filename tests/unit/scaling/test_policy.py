@@ -1006,3 +1006,34 @@ def test_a_decode_queue_on_a_full_pool_is_still_a_shortage() -> None:
         assert queued_for_slots(snap(40.0, 0.45), config, Tuning(decode_queue_room=room))
     assert queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.0))
     assert not queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.5))
+
+
+def _after_a_backlogged_burst(tuning: Tuning) -> list[int]:
+    """Prefill at 4 is caught by a burst at 60 req/s with its TTFT three times the target and 40 requests queued:
+    the feedback path doubles it to 8, where the load alone needs 4. Then 15 calm minutes at 20 req/s (need 2).
+    Prefill's sizes over the calm stretch, under a fixed 20-minute burst hold."""
+    run = Run(make_spec(), replace(tuning, burst_hold_adaptive=False))
+    run.steady(25)
+    d = run.steady(10, ready=4, rps=60.0, ttft=0.3)
+    assert d.prefill is not None and d.prefill.replicas == 4
+    d = run.step(prefill_snap(run.now, ready=4, rps=60.0, ttft=3.0, waiting=40.0), decode_snap(run.now))
+    assert d.prefill is not None and d.prefill.replicas == 8
+    for _ in range(8):  # two minutes at 60 req/s on 8 replicas, the queue gone
+        d = run.step(prefill_snap(run.now, ready=8, rps=60.0, ttft=0.2), decode_snap(run.now))
+    out = []
+    for _ in range(60):
+        assert d.prefill is not None
+        d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+        assert d.prefill is not None
+        out.append(d.prefill.replicas)
+    return out
+
+
+def test_the_burst_hold_keeps_what_the_load_needed_not_what_drained_the_queue() -> None:
+    peak = _after_a_backlogged_burst(Tuning(burst_hold_sustained=False))
+    sustained = _after_a_backlogged_burst(Tuning(burst_hold_sustained=True))
+    # Within the plain 5-minute window of the burst both keep its 8; past it the plain hold keeps the feedback
+    # path's 8 for the rest of the 20 minutes, the sustained one the 4 that 60 req/s needs.
+    assert peak == [8] * 60
+    assert sustained[:10] == [8] * 10
+    assert sustained[20:60] == [4] * 40

@@ -169,6 +169,9 @@ class Tuning:
     spike caught short takes two or three scale-ups a minute or two apart; counted as bursts, those steps put
     one-minute gaps into the median and the hold let the capacity go between spikes that recur every 10-20
     minutes."""
+    burst_hold_sustained: bool = False
+    """Past the plain scaleDown window, the hold keeps the highest need of the load alone (without the feedback
+    path and the backlog term), not the highest recommendation (False): see limits.held_to."""
     burst_hold_shared: bool = False
     """(Measured, not adopted: fewer decode reversals for 5% more GPU-hours on bursty.) Each pool holds through the
     other's bursts too: in P/D a spike of requests is a spike for both pools, but

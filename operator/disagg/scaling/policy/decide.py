@@ -181,7 +181,7 @@ def _remember(
         )
         snap = observation.pool(name)
         load = pool_load(snap)
-        latest = recommendation(now, proposal.need, tuning, load, snap.request_rate)
+        latest = recommendation(now, proposal.need, tuning, load, snap.request_rate, proposal.sustained)
         history = (*(r for r in history if r.at >= keep_after), latest)
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = snap.ready_replicas

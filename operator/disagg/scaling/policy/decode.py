@@ -300,6 +300,7 @@ def propose_decode(
     concurrency = rate * itl_at_target + waiting
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
+    sustained = need
     why = ("load building up, careful aim; " if backoff else "") + (
         f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
         f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
@@ -326,4 +327,4 @@ def propose_decode(
     else:
         safe = safe and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
-    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0)
+    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0, sustained=sustained)

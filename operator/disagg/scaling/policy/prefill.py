@@ -153,9 +153,11 @@ def propose_prefill(
     if times is not None:
         k = learned_queue_factor(state, tuning)
         need, rho = prefill_need(planned, capacity, target, times, k, config.prefill.max_replicas, tuning)
+        sustained = prefill_need(demand, capacity, target, times, k, config.prefill.max_replicas, tuning)[0]
     else:
         rho = tuning.max_utilization
         need = planned / (rho * capacity)
+        sustained = demand / (rho * capacity)
     why = (
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
         f"target utilisation {rho:.2f} (queueing factor {learned_queue_factor(state, tuning):.1f})"
@@ -173,4 +175,4 @@ def propose_prefill(
     safe = ttft is None or ttft <= tuning.down_sensitivity * target
     note = "" if safe else f"TTFT p90 {ttft or 0:.3f}s is near the {target:.3f}s target"
     breach = (snap.ttft_p90_s or 0.0) >= target and queue and not blocked
-    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=breach)
+    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=breach, sustained=min(sustained, need))

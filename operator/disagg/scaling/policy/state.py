@@ -25,6 +25,9 @@ class Recommendation:
     load: float | None = None
     """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
     (Tuning.itl_backoff_rise)."""
+    hold_to: int | None = None
+    """`down_to` for the need of the load alone (Proposal.sustained; None: as `down_to`), what the burst hold keeps
+    past the plain window (Tuning.burst_hold_sustained)."""
     requests: float | None = None
     """The pool's request rate then, to tell a load that builds up because outputs got longer from one that rose
     because more requests came (Tuning.itl_backoff_per_request_rise)."""
@@ -112,10 +115,16 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
 
 
 def recommendation(
-    now: float, need: float, tuning: Tuning, load: float | None = None, requests: float | None = None
+    now: float,
+    need: float,
+    tuning: Tuning,
+    load: float | None = None,
+    requests: float | None = None,
+    sustained: float | None = None,
 ) -> Recommendation:
     up_to, down_to = ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance))
-    return Recommendation(now, up_to, down_to, need, load, requests)
+    hold_to = None if sustained is None else ceil_replicas(sustained / (1.0 - tuning.down_tolerance))
+    return Recommendation(now, up_to, down_to, need, load, hold_to, requests)
 
 
 def ceil_replicas(value: float) -> int:
