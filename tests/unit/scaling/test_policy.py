@@ -330,10 +330,11 @@ def test_a_decode_queue_is_decode_s_problem_not_prefill_s() -> None:
     run = Run(make_spec())
     run.steady(5)
     # TTFT is 3x over target and prefill has a queue, but requests are also waiting for decode slots: in P/D the
-    # first token waits for decode, so prefill must not grow; decode must.
+    # first token waits for decode, so prefill must not grow; decode must. (KV past half its ceiling: a pool short
+    # of room, so the waiting requests are a queue for slots, not transfers under way.)
     queued = PoolSnapshot(
         "decode", run.now, INTERVAL, 3, generation_token_rate=5000.0, running_requests=100.0,
-        waiting_requests=60.0, kv_cache_usage=0.35, itl_p90_s=0.017,
+        waiting_requests=60.0, kv_cache_usage=0.45, itl_p90_s=0.017,
     )  # fmt: skip
     d = run.step(prefill_snap(run.now, ttft=3.0, waiting=10), queued)
     assert replicas(d)[0] == 2
@@ -525,9 +526,9 @@ def test_a_handful_of_sequences_waiting_for_decode_is_not_a_shortage() -> None:
     def with_waiting(waiting: float) -> int:
         run = Run(make_spec())
         run.steady(5)
-        snap = PoolSnapshot(
+        snap = PoolSnapshot(  # KV past half its ceiling: the queue is judged by its share of the batch
             "decode", run.now, INTERVAL, 3, generation_token_rate=3000.0, running_requests=60.0,
-            waiting_requests=waiting, kv_cache_usage=0.2, itl_p90_s=0.012,
+            waiting_requests=waiting, kv_cache_usage=0.45, itl_p90_s=0.012,
         )  # fmt: skip
         d = run.step(prefill_snap(run.now), snap)
         assert d.decode is not None

@@ -61,7 +61,7 @@ class Tuning:
     builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
     the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
     itl_backoff_window_s: float = 180.0
-    itl_backoff_per_request_rise: float = 0.0
+    itl_backoff_per_request_rise: float = 0.25
     """...and only while the generated tokens per request over the last `itl_backoff_request_window_s` are at least
     this share above those over `itl_backoff_window_s` (0: whatever the requests did). More
     requests of the same length reach their new concurrency within one request duration (bursty's spikes: 250
@@ -140,7 +140,7 @@ class Tuning:
     """The queue counts as draining, and the feedback path waits, when it fell below this share of the last one."""
     decode_queue_share: float = 0.05
     """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
-    decode_queue_room: float = 0.0
+    decode_queue_room: float = 0.5
     """...and only while its batch per replica or its KV usage is at least this share of its cap or ceiling (0:
     at any size). With room for as many sequences again, the waiting requests are KV transfers still under way,
     not a shortage of slots: on short answers (a code assistant's 14 tokens) they are a large share of the batch,
