@@ -124,6 +124,10 @@ class Tuning:
     tail_low: float = 0.01
     queue_factor_up: float = 1.5
     queue_factor_down: float = 0.95
+    queue_factor_calm_s: float = 0.0
+    """Relax k only when no window of this long had its TTFT tail over `tail_high`, stationary or not (0: any
+    time). On on-off traffic the windows that break the tail are the ones whose load just stepped, which never
+    raise k; calm stationary windows between bursts lowered it to its floor (code_onoff: 3 -> 1.0)."""
     itl_aim_down: float = 0.9
     itl_aim_up: float = 1.01
     itl_aim_min: float = 0.6

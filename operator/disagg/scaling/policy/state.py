@@ -88,6 +88,9 @@ class PolicyState:
     None until learned (Tuning.itl_margin)."""
     """k of the prefill queueing model, learned from observed TTFT p90 (smoothed, clipped); None until learned."""
     itl_fit: ItlFit = field(default_factory=ItlFit)
+    ttft_tail_over_at: float | None = None
+    """When a prefill window last had its TTFT tail over Tuning.tail_high, settled or not
+    (Tuning.queue_factor_calm_s)."""
 
     def memory(self, name: PoolName) -> PoolMemory:
         return self.prefill if name == "prefill" else self.decode
