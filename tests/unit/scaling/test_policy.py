@@ -1038,3 +1038,23 @@ def test_the_burst_hold_keeps_what_the_load_needed_not_what_drained_the_queue() 
     assert peak == [8] * 60
     assert sustained[:10] == [8] * 10
     assert sustained[20:60] == [4] * 40
+
+
+def test_k_relaxes_only_after_a_calm_stretch_on_on_off_traffic() -> None:
+    # On-off traffic on 2 prefill replicas: every 2 minutes a burst doubles the load for one window, whose first
+    # tokens break the tail (its load just stepped, so it cannot raise k); the other windows run calm and
+    # stationary. Relaxed on every calm window, k falls from its prior 3 to its floor; relaxed only after 5 calm
+    # minutes, it stays where it was when the first burst came (the calm start before it relaxed it a little).
+    def k_after(tuning: Tuning, windows: int) -> float:
+        run = Run(make_spec(), tuning)
+        for i in range(windows):
+            burst = i % 8 == 7
+            rps, share = (40.0, 0.3) if burst else (20.0, 0.0)
+            snap = replace(prefill_snap(run.now, rps=rps), ttft_histogram=ttft_histogram(share))
+            run.step(snap, decode_snap(run.now))
+        assert run.state is not None
+        return run.state.queue_factor if run.state.queue_factor is not None else 3.0
+
+    assert k_after(Tuning(queue_factor_calm_s=0.0), 80) < 1.5
+    calm = Tuning(queue_factor_calm_s=300.0)
+    assert k_after(calm, 80) == pytest.approx(k_after(calm, 8)) and k_after(calm, 8) > 2.0
