@@ -114,6 +114,12 @@ def checks(name: str, entry: dict[str, Any], policies: dict[str, dict[str, Any]]
     if static is not None:
         sa, sg = static["attainment"]["mean"], static["gpu_hours"]["mean"]
         out["not_dominated_by_static"] = not (sa > a + NOISE and sg < g)
+    # Any fixed split replayed here (the best one and the cheapest at ours' attainment): a stricter reading.
+    fixed = [p for n, p in policies.items() if n.startswith("static")]
+    if fixed:
+        out["not_dominated_by_any_static"] = not any(
+            p["attainment"]["mean"] > a + NOISE and p["gpu_hours"]["mean"] < g for p in fixed
+        )
     best_oracle = oracle(entry)
     causal = [p["attainment"]["mean"] for n, p in policies.items() if n.startswith(("planner", "hpa"))]
     best_causal = max(causal, default=0.0)
@@ -189,7 +195,7 @@ def table(results: dict[str, Any], ours_name: str) -> list[str]:
 
 def target_lines(results: dict[str, Any], ours_name: str) -> tuple[list[str], dict[str, Any]]:
     lines = [
-        "| workload | split | not dominated by best static | attainment (needed) | "
+        "| workload | split | not dominated by best static (by any static) | attainment (needed) | "
         "GPU-h / oracle at ours' attainment | Planner front at ours' GPU-h | dominates Planner | "
         "reversals/h max | lost |",
         "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |",
@@ -217,7 +223,8 @@ def target_lines(results: dict[str, Any], ours_name: str) -> tuple[list[str], di
         )
         rev = policies[ours_name]["reversals_per_hour"]["max"]
         lines.append(
-            f"| {name} | {entry['split']} | {yes('not_dominated_by_static')} | {att} | {ratio_s} | {front_s} | "
+            f"| {name} | {entry['split']} | {yes('not_dominated_by_static')} ({yes('not_dominated_by_any_static')}) | "
+            f"{att} | {ratio_s} | {front_s} | "
             f"{yes('dominates_planner')} | {rev:.1f}{'' if c['reversals_ok'] else ' **>4**'} | "
             f"{policies[ours_name]['lost_requests']} |"
         )

@@ -330,10 +330,11 @@ def test_a_decode_queue_is_decode_s_problem_not_prefill_s() -> None:
     run = Run(make_spec())
     run.steady(5)
     # TTFT is 3x over target and prefill has a queue, but requests are also waiting for decode slots: in P/D the
-    # first token waits for decode, so prefill must not grow; decode must.
+    # first token waits for decode, so prefill must not grow; decode must. (KV past half its ceiling: a pool short
+    # of room, so the waiting requests are a queue for slots, not transfers under way.)
     queued = PoolSnapshot(
         "decode", run.now, INTERVAL, 3, generation_token_rate=5000.0, running_requests=100.0,
-        waiting_requests=60.0, kv_cache_usage=0.35, itl_p90_s=0.017,
+        waiting_requests=60.0, kv_cache_usage=0.45, itl_p90_s=0.017,
     )  # fmt: skip
     d = run.step(prefill_snap(run.now, ttft=3.0, waiting=10), queued)
     assert replicas(d)[0] == 2
@@ -525,9 +526,9 @@ def test_a_handful_of_sequences_waiting_for_decode_is_not_a_shortage() -> None:
     def with_waiting(waiting: float) -> int:
         run = Run(make_spec())
         run.steady(5)
-        snap = PoolSnapshot(
+        snap = PoolSnapshot(  # KV past half its ceiling: the queue is judged by its share of the batch
             "decode", run.now, INTERVAL, 3, generation_token_rate=3000.0, running_requests=60.0,
-            waiting_requests=waiting, kv_cache_usage=0.2, itl_p90_s=0.012,
+            waiting_requests=waiting, kv_cache_usage=0.45, itl_p90_s=0.012,
         )  # fmt: skip
         d = run.step(prefill_snap(run.now), snap)
         assert d.decode is not None
@@ -894,3 +895,168 @@ def test_a_learned_floor_lapses_when_the_load_falls_well_below_what_taught_it() 
     taught = Tuning(learn_floor_any="prefill")
     assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.4), gap_intervals=4) == [3] * 80
     assert _back_up_soon_after_coming_down(replace(taught, learn_floor_load_share=0.6), gap_intervals=4)[-1] == 2
+
+
+def _decode_needs_through_a_rise(tuning: Tuning, longer_outputs: bool) -> tuple[list[float], list[str]]:
+    """The engine above (49 ms idle, +0.68 ms per sequence) on 2 replicas, against a 100 ms target, 5 minutes at 20
+    sequences, then the generated-token rate climbs to five times that over 5 minutes and holds. With
+    `longer_outputs` the request rate stays at 2/s (each answer got longer: concurrency builds up for minutes);
+    otherwise it climbs with the tokens (more requests of the same length)."""
+    run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+    out, reasons = [], []
+    for i in range(60):
+        grown = min(max(i - 20, 0) / 20, 1.0)
+        running = 20.0 + 80.0 * grown
+        itl = 0.0488 + 0.00068 * running / 2
+        requests = 2.0 if longer_outputs else 2.0 * running / 20.0
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, 2, request_rate=requests, generation_token_rate=running / itl,
+            running_requests=running, waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1,
+            itl_mean_s=itl,
+        )  # fmt: skip
+        d = run.step(prefill_snap(run.now), snap)
+        assert d.decode is not None and d.decode.need is not None
+        out.append(d.decode.need)
+        reasons.append(d.decode.reason)
+    return out, reasons
+
+
+def test_the_decode_back_off_is_for_longer_outputs_not_for_more_requests() -> None:
+    # The back-off (aim at 70 % of the whole target while the token rate is twice its 3-minute median) is there
+    # for concurrency that keeps growing for a whole long request. More requests of the same length reach their
+    # concurrency within a request duration; compared with the request rate's own rise, they do not back off. (A
+    # rise of 25 % fires the back-off on this gentle climb; the rule on the requests is the same at any rise.)
+    plain = Tuning(itl_backoff_rise=0.25, itl_backoff_per_request_rise=0.0)
+    per_request = replace(plain, itl_backoff_per_request_rise=0.25)
+    climbing = range(24, 36)
+    for tuning in (plain, per_request):
+        _, reasons = _decode_needs_through_a_rise(tuning, longer_outputs=True)
+        assert any("load building up" in reasons[i] for i in climbing)
+    _, reasons = _decode_needs_through_a_rise(plain, longer_outputs=False)
+    assert any("load building up" in reasons[i] for i in climbing)
+    needs, reasons = _decode_needs_through_a_rise(per_request, longer_outputs=False)
+    assert not any("load building up" in r for r in reasons)
+    backed, _ = _decode_needs_through_a_rise(plain, longer_outputs=False)
+    assert all(needs[i] <= backed[i] for i in range(60)) and any(needs[i] < 0.9 * backed[i] for i in climbing)
+
+
+def test_the_decode_back_off_holds_without_a_request_rate() -> None:
+    # A source that gives no request rate says nothing against longer outputs: the plain back-off applies.
+    def reasons_without_rate(tuning: Tuning) -> list[str]:
+        run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+        out = []
+        for i in range(40):
+            running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
+            itl = 0.0488 + 0.00068 * running / 2
+            snap = PoolSnapshot(
+                "decode", run.now, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
+                waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
+            )  # fmt: skip
+            d = run.step(prefill_snap(run.now), snap)
+            assert d.decode is not None
+            out.append(d.decode.reason)
+        return out
+
+    tuning = Tuning(itl_backoff_rise=0.25, itl_backoff_per_request_rise=0.25)
+    assert any("load building up" in r for r in reasons_without_rate(tuning))
+
+
+def _short_answers(tuning: Tuning) -> tuple[list[int], list[Decision]]:
+    """Decode on 2 replicas serving a code assistant's short answers: 12 sequences running, 3 more waiting for
+    their KV to arrive from prefill, KV usage 2 %, ITL well under the 100 ms target. Decode's sizes over 10 minutes,
+    and every decision."""
+    run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
+    ready, sizes = 2, []
+    for _ in range(40):
+        snap = PoolSnapshot(
+            "decode", run.now, INTERVAL, ready, request_rate=20.0, generation_token_rate=12 / 0.05,
+            running_requests=12.0, waiting_requests=3.0, kv_cache_usage=0.02, itl_p90_s=0.06, itl_mean_s=0.05,
+        )  # fmt: skip
+        d = run.step(prefill_snap(run.now, ttft=1.5, waiting=4.0), snap)
+        assert d.decode is not None
+        ready = d.decode.replicas
+        sizes.append(ready)
+    return sizes, run.decisions
+
+
+def test_decode_requests_waiting_for_their_kv_are_not_a_shortage_of_slots() -> None:
+    # Three requests waiting beside twelve running is a quarter of the batch: read as a queue for slots it breaks
+    # decode's limits, the feedback path adds replicas, and prefill, whose TTFT is over its target with a queue,
+    # holds back because "the first token waits for decode". With room for many times the batch, the waiting
+    # requests are transfers still under way.
+    counted, counted_decisions = _short_answers(Tuning(decode_queue_room=0.0))
+    assert max(counted) > 2
+    assert all(d.prefill is not None and d.prefill.replicas == 2 for d in counted_decisions)
+    roomy, roomy_decisions = _short_answers(Tuning(decode_queue_room=0.5))
+    assert max(roomy) <= 2 and roomy[-1] == 1
+    assert any(d.prefill is not None and d.prefill.replicas > 2 for d in roomy_decisions)
+
+
+def test_a_decode_queue_on_a_full_pool_is_still_a_shortage() -> None:
+    # The same share of waiting requests on a pool running 200 of its 256 slots per replica, or at half its KV:
+    # no room, so it counts whatever the rule; with room for as many again it counts only without the rule.
+    from disagg.scaling.policy.decode import queued_for_slots
+
+    config = config_from_spec(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}))
+
+    def snap(running: float, kv: float) -> PoolSnapshot:
+        return PoolSnapshot(
+            "decode", 0.0, INTERVAL, 2, running_requests=running, waiting_requests=0.1 * running, kv_cache_usage=kv
+        )
+
+    for room in (0.0, 0.5):
+        assert queued_for_slots(snap(400.0, 0.2), config, Tuning(decode_queue_room=room))
+        assert queued_for_slots(snap(40.0, 0.45), config, Tuning(decode_queue_room=room))
+    assert queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.0))
+    assert not queued_for_slots(snap(40.0, 0.2), config, Tuning(decode_queue_room=0.5))
+
+
+def _after_a_backlogged_burst(tuning: Tuning) -> list[int]:
+    """Prefill at 4 is caught by a burst at 60 req/s with its TTFT three times the target and 40 requests queued:
+    the feedback path doubles it to 8, where the load alone needs 4. Then 15 calm minutes at 20 req/s (need 2).
+    Prefill's sizes over the calm stretch, under a fixed 20-minute burst hold."""
+    run = Run(make_spec(), replace(tuning, burst_hold_adaptive=False))
+    run.steady(25)
+    d = run.steady(10, ready=4, rps=60.0, ttft=0.3)
+    assert d.prefill is not None and d.prefill.replicas == 4
+    d = run.step(prefill_snap(run.now, ready=4, rps=60.0, ttft=3.0, waiting=40.0), decode_snap(run.now))
+    assert d.prefill is not None and d.prefill.replicas == 8
+    for _ in range(8):  # two minutes at 60 req/s on 8 replicas, the queue gone
+        d = run.step(prefill_snap(run.now, ready=8, rps=60.0, ttft=0.2), decode_snap(run.now))
+    out = []
+    for _ in range(60):
+        assert d.prefill is not None
+        d = run.step(prefill_snap(run.now, ready=d.prefill.replicas, rps=20.0), decode_snap(run.now))
+        assert d.prefill is not None
+        out.append(d.prefill.replicas)
+    return out
+
+
+def test_the_burst_hold_keeps_what_the_load_needed_not_what_drained_the_queue() -> None:
+    peak = _after_a_backlogged_burst(Tuning(burst_hold_sustained=False))
+    sustained = _after_a_backlogged_burst(Tuning(burst_hold_sustained=True))
+    # Within the plain 5-minute window of the burst both keep its 8; past it the plain hold keeps the feedback
+    # path's 8 for the rest of the 20 minutes, the sustained one the 4 that 60 req/s needs.
+    assert peak == [8] * 60
+    assert sustained[:10] == [8] * 10
+    assert sustained[20:60] == [4] * 40
+
+
+def test_k_relaxes_only_after_a_calm_stretch_on_on_off_traffic() -> None:
+    # On-off traffic on 2 prefill replicas: every 2 minutes a burst doubles the load for one window, whose first
+    # tokens break the tail (its load just stepped, so it cannot raise k); the other windows run calm and
+    # stationary. Relaxed on every calm window, k falls from its prior 3 to its floor; relaxed only after 5 calm
+    # minutes, it stays where it was when the first burst came (the calm start before it relaxed it a little).
+    def k_after(tuning: Tuning, windows: int) -> float:
+        run = Run(make_spec(), tuning)
+        for i in range(windows):
+            burst = i % 8 == 7
+            rps, share = (40.0, 0.3) if burst else (20.0, 0.0)
+            snap = replace(prefill_snap(run.now, rps=rps), ttft_histogram=ttft_histogram(share))
+            run.step(snap, decode_snap(run.now))
+        assert run.state is not None
+        return run.state.queue_factor if run.state.queue_factor is not None else 3.0
+
+    assert k_after(Tuning(queue_factor_calm_s=0.0), 80) < 1.5
+    calm = Tuning(queue_factor_calm_s=300.0)
+    assert k_after(calm, 80) == pytest.approx(k_after(calm, 8)) and k_after(calm, 8) > 2.0

@@ -61,6 +61,15 @@ class Tuning:
     builds up (a switch to long outputs: concurrency grows for a whole request duration) outruns a start-up, and
     the aim above idle then scales up too late; once the load settles, the room above idle is safe to use."""
     itl_backoff_window_s: float = 180.0
+    itl_backoff_per_request_rise: float = 0.25
+    """...and only while the generated tokens per request over the last `itl_backoff_request_window_s` are at least
+    this share above those over `itl_backoff_window_s` (0: whatever the requests did). More
+    requests of the same length reach their new concurrency within one request duration (bursty's spikes: 250
+    tokens, about 20 s); longer outputs build it up for minutes (mix_shift's switch to 2k-token answers), which is
+    what the careful aim is for. Without it, every spike of short requests was sized at the careful aim: decode
+    ran about twice the replicas a spike needed."""
+    itl_backoff_request_window_s: float = 60.0
+    """How far back "lately" reaches for the tokens per request (one window's count of clumped arrivals is noisy)."""
     itl_backoff_room_share: float = 0.0
     """...and aim, while backing off, at this share of the room above idle instead (0: at `itl_margin` of the whole
     target). Where the idle step is half the target, the whole-target aim counts a third of the sequences per
@@ -115,6 +124,10 @@ class Tuning:
     tail_low: float = 0.01
     queue_factor_up: float = 1.5
     queue_factor_down: float = 0.95
+    queue_factor_calm_s: float = 0.0
+    """Relax k only when no window of this long had its TTFT tail over `tail_high`, stationary or not (0: any
+    time). On on-off traffic the windows that break the tail are the ones whose load just stepped, which never
+    raise k; calm stationary windows between bursts lowered it to its floor (code_onoff: 3 -> 1.0)."""
     itl_aim_down: float = 0.9
     itl_aim_up: float = 1.01
     itl_aim_min: float = 0.6
@@ -131,6 +144,11 @@ class Tuning:
     """The queue counts as draining, and the feedback path waits, when it fell below this share of the last one."""
     decode_queue_share: float = 0.05
     """Decode counts as queued only when the waiting requests are at least this share of the running batch."""
+    decode_queue_room: float = 0.5
+    """...and only while its batch per replica or its KV usage is at least this share of its cap or ceiling (0:
+    at any size). With room for as many sequences again, the waiting requests are KV transfers still under way,
+    not a shortage of slots: on short answers (a code assistant's 14 tokens) they are a large share of the batch,
+    the feedback path doubled decode for them, and they blocked prefill's own feedback and learning."""
 
     burst_hold_windows: float = 4.0
     """After the pool was caught short (see `burst_factor`), scale down only to the highest recommendation of up to
@@ -155,6 +173,9 @@ class Tuning:
     spike caught short takes two or three scale-ups a minute or two apart; counted as bursts, those steps put
     one-minute gaps into the median and the hold let the capacity go between spikes that recur every 10-20
     minutes."""
+    burst_hold_sustained: bool = False
+    """Past the plain scaleDown window, the hold keeps the highest need of the load alone (without the feedback
+    path and the backlog term), not the highest recommendation (False): see limits.held_to."""
     burst_hold_shared: bool = False
     """(Measured, not adopted: fewer decode reversals for 5% more GPU-hours on bursty.) Each pool holds through the
     other's bursts too: in P/D a spike of requests is a spike for both pools, but

@@ -11,7 +11,7 @@ from disagg.api.pool import PoolName
 from disagg.scaling.snapshot import Observation, PoolSnapshot
 
 from .config import DEFAULT_TUNING, POOLS, PolicyConfig, Tuning
-from .decode import learn_decode, propose_decode
+from .decode import learn_decode, propose_decode, queued_for_slots
 from .limits import Final, constrain
 from .prefill import learn_prefill, propose_prefill
 from .proposal import HoldReason, Proposal, hold_reason, trusted
@@ -87,11 +87,20 @@ def decide(
 
 def _learn(config: PolicyConfig, obs: Observation, state: PolicyState, now: float, tuning: Tuning) -> PolicyState:
     if trusted(config, obs.prefill, now, tuning):
-        decode_queue = obs.decode.waiting_requests if trusted(config, obs.decode, now, tuning) else None
-        state = learn_prefill(config, obs.prefill, state, tuning, decode_queue)
+        state = learn_prefill(config, obs.prefill, state, tuning, decode_queue(config, obs, now, tuning))
     if trusted(config, obs.decode, now, tuning):
         state = learn_decode(config, obs.decode, state, now, tuning)
     return state
+
+
+def decode_queue(config: PolicyConfig, obs: Observation, now: float, tuning: Tuning) -> float | None:
+    """Decode's queue as prefill reads it (a first token that waits for a decode slot is not prefill's doing): the
+    waiting requests while they are a shortage of slots, 0 while they are KV transfers under way (Tuning.
+    decode_queue_room), None when decode's metrics cannot be trusted."""
+    decode = obs.decode
+    if not trusted(config, decode, now, tuning):
+        return None
+    return decode.waiting_requests if queued_for_slots(decode, config, tuning) or tuning.decode_queue_room <= 0 else 0.0
 
 
 def _propose(
@@ -103,9 +112,7 @@ def _propose(
         return Proposal(need=None, why="", hold=hold[0], hold_message=hold[1])
     memory = state.memory(snap.pool)
     if snap.pool == "prefill":
-        decode = observation.decode
-        queue = decode.waiting_requests if trusted(config, decode, now, tuning) else None
-        proposal = propose_prefill(config, snap, state, memory, tuning, queue)
+        proposal = propose_prefill(config, snap, state, memory, tuning, decode_queue(config, observation, now, tuning))
     else:
         proposal = propose_decode(config, snap, state, memory, tuning)
     # A replica we removed just left: its share of the traffic lands on survivors whose prefix caches do not hold it
@@ -174,7 +181,8 @@ def _remember(
         )
         snap = observation.pool(name)
         load = pool_load(snap)
-        history = (*(r for r in history if r.at >= keep_after), recommendation(now, proposal.need, tuning, load))
+        latest = recommendation(now, proposal.need, tuning, load, snap.request_rate, proposal.sustained)
+        history = (*(r for r in history if r.at >= keep_after), latest)
         observed_at = memory.observed_at if memory.observed_at is not None else now
         ready = snap.ready_replicas
         waiting = snap.waiting_requests

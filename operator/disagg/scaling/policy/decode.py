@@ -11,7 +11,7 @@ from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, moments, stationary
+from .state import MOMENTS, ItlFit, PolicyState, PoolMemory, Recommendation, moments, stationary
 
 
 def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
@@ -23,12 +23,29 @@ def fit_signal(snap: PoolSnapshot, tuning: Tuning) -> float | None:
     return snap.itl_p90_s
 
 
+def queued_for_slots(snap: PoolSnapshot, config: PolicyConfig, tuning: Tuning) -> bool:
+    """Whether decode's waiting requests are a shortage of slots: at least `decode_queue_share` of the running batch
+    (and `feedback_min_queue`), on a pool with less room left than `decode_queue_room` of its KV ceiling and its
+    batch cap. With room for as many sequences again, a waiting request is one whose KV is still arriving from
+    prefill (vLLM counts those as waiting): more decode replicas do not make the transfer faster, and with short
+    answers they are a large share of the running batch."""
+    running = snap.running_requests or 0.0
+    waiting = snap.waiting_requests or 0.0
+    if waiting < max(tuning.feedback_min_queue, tuning.decode_queue_share * running):
+        return False
+    room = tuning.decode_queue_room
+    if room <= 0:
+        return True
+    per_replica = running / max(snap.ready_replicas, 1)
+    usage = snap.kv_cache_usage
+    return per_replica >= room * batch_cap(config, tuning) or (usage is None or usage >= room * tuning.kv_ceiling)
+
+
 def overloaded(snap: PoolSnapshot, config: PolicyConfig, tuning: Tuning) -> bool:
     """Requests queued for a decode slot or KV past the ceiling: the window shows stalls (preemption, admission),
     not the cost of a step, and a fit on it learns a per-sequence cost several times too high."""
     running = snap.running_requests or 0.0
-    waiting = snap.waiting_requests or 0.0
-    queued = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    queued = queued_for_slots(snap, config, tuning)
     full = running / max(snap.ready_replicas, 1) >= tuning.kv_ceiling * batch_cap(config, tuning)
     return queued or full or (snap.kv_cache_usage or 0.0) > tuning.kv_ceiling
 
@@ -79,15 +96,46 @@ def aimed_itl(target: float, aim: float, idle: float, tuning: Tuning) -> float:
 
 def building_up(memory: PoolMemory, snap: PoolSnapshot, tuning: Tuning) -> bool:
     """Whether the generated-token rate is `itl_backoff_rise` above its median over the last
-    `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs,
-    or a spike): the aim above idle then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not
-    the need: the need moves with the aim itself, and its noise on a steady load read as a climb."""
+    `itl_backoff_window_s` (a load that builds up for a whole request duration, as after a switch to long outputs)
+    and, with `itl_backoff_per_request_rise`, the tokens per request rose too (`longer_outputs`): the aim above idle
+    then backs off to the careful one (Tuning.itl_backoff_rise). On the load, not the need: the need moves with the
+    aim itself, and its noise on a steady load read as a climb. Against the requests, because more requests of the
+    same length reach their new concurrency within one request duration, inside a start-up when outputs are short;
+    it is longer outputs whose concurrency keeps growing for minutes."""
     rate = snap.generation_token_rate
     if not tuning.itl_margin_above_idle or tuning.itl_backoff_rise <= 0 or rate is None:
         return False
-    window = tuning.itl_backoff_window_s
-    recent = [r.load for r in memory.history if r.load is not None and r.at > snap.taken_at - window]
-    return len(recent) >= 4 and rate >= (1.0 + tuning.itl_backoff_rise) * statistics.median(recent)
+    since = snap.taken_at - tuning.itl_backoff_window_s
+    recent = [r for r in memory.history if r.at > since]
+    loads = [r.load for r in recent if r.load is not None]
+    if len(loads) < 4 or rate < (1.0 + tuning.itl_backoff_rise) * statistics.median(loads):
+        return False
+    if tuning.itl_backoff_per_request_rise <= 0:
+        return True
+    return longer_outputs(recent, snap, tuning)
+
+
+def longer_outputs(recent: list[Recommendation], snap: PoolSnapshot, tuning: Tuning) -> bool:
+    """Whether the generated tokens per request over the last `itl_backoff_request_window_s` (this window included)
+    are `itl_backoff_per_request_rise` above those over all of `recent` and this window. Ratios of sums over the
+    same windows: one window's count of clumped arrivals is noisy, and the tokens of more requests of the same
+    length follow them within a request duration, so a spike of requests reads as fewer tokens per request, not
+    more. True when the source gives no request rate (nothing then says the outputs did not get longer) or no
+    request came lately."""
+    now = (snap.taken_at, snap.generation_token_rate, snap.request_rate)
+    points = [(r.at, r.load, r.requests) for r in recent] + [now]
+    known = [(at, g, q) for at, g, q in points if g is not None and q is not None]
+    if snap.request_rate is None or not known:
+        return True
+    since = snap.taken_at - tuning.itl_backoff_request_window_s
+    lately = [(g, q) for at, g, q in known if at > since]
+    tokens, requests = sum(g for g, _ in lately), sum(q for _, q in lately)
+    all_tokens, all_requests = sum(g for _, g, _ in known), sum(q for _, _, q in known)
+    if requests <= 0:
+        return True
+    if all_tokens <= 0:
+        return False
+    return tokens / requests >= (1.0 + tuning.itl_backoff_per_request_rise) * all_tokens / all_requests
 
 
 def _learn_aim(config: PolicyConfig, snap: PoolSnapshot, state: PolicyState, tuning: Tuning, itl: float) -> PolicyState:
@@ -252,13 +300,14 @@ def propose_decode(
     concurrency = rate * itl_at_target + waiting
     headroom = 1.0 + tuning.concurrency_z / math.sqrt(max(concurrency, 1.0))
     need = concurrency * headroom / batch
+    sustained = need
     why = ("load building up, careful aim; " if backoff else "") + (
         f"decode {rate:.0f} tok/s; at ITL {itl_at_target * 1e3:.1f}ms that is {concurrency:.0f} sequences, "
         f"{batch:.0f} per replica (fit {model.idle * 1e3:.1f}ms + {model.per_usage * 1e3:.1f}ms*usage + "
         f"{model.per_batch * 1e3:.1f}ms*batch/{max_batch:.0f}, {usage_per_sequence:.4f} usage per sequence)"
     )
     # A few sequences waiting a moment for their KV transfer are not a shortage; a queue this share of the batch is.
-    material = waiting >= max(tuning.feedback_min_queue, tuning.decode_queue_share * running)
+    material = queued_for_slots(snap, config, tuning)
     queued = (running + waiting) / running if material else 0.0
     # A batch near maxNumSeqs has no slot left for the next arrivals, whatever the ITL says yet.
     full = running / snap.ready_replicas / max_batch / tuning.kv_ceiling
@@ -273,6 +322,9 @@ def propose_decode(
     itl = fit_signal(snap, tuning)
     over = (snap.itl_p90_s or 0.0) >= target
     safe = (itl is None or itl <= tuning.down_sensitivity * target) and not over
-    safe = safe and (snap.waiting_requests or 0.0) < 1.0
+    if tuning.decode_queue_room > 0:  # transfers under way do not stop the survivors from absorbing the load
+        safe = safe and not queued_for_slots(snap, config, tuning)
+    else:
+        safe = safe and (snap.waiting_requests or 0.0) < 1.0
     note = "" if safe else f"ITL {itl or 0:.4f}s is near the {target:.4f}s target or requests are queued"
-    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0)
+    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=worst >= 1.0, sustained=sustained)

@@ -57,7 +57,8 @@ def stabilized(
     if tuning.burst_hold_shared:
         window = max(window, *(down_window(config, state.memory(other), now, tuning) for other in POOLS))
     # Strictly inside the window: a recommendation exactly one window old has expired.
-    down_to = max(r.down_to for r in history if r.at > now - window or r.at == now)
+    down_to = max(r.down_to for r in history if r.at > now - config.down_window_s or r.at == now)
+    down_to = max(down_to, held_to(history, now, config.down_window_s, window, tuning))
     floor = learned_floor(state.memory(name), now, tuning, proposal.load)
     down_to = max(down_to, reserve(history, now, tuning), floor)
     # Like HPA's tolerance: a need within `up_tolerance` of the replicas there is noise in the load, not a shortage,
@@ -78,6 +79,19 @@ def stabilized(
     if floor >= current and history[-1].down_to < current:
         return current, f"scale-down deferred: caught short at {floor - 1} replicas within the last hour"
     return current, "steady"
+
+
+def held_to(history: tuple[Recommendation, ...], now: float, plain: float, window: float, tuning: Tuning) -> int:
+    """What the burst hold keeps past the plain window: the highest recommendation there, or (with
+    Tuning.burst_hold_sustained) the highest need of the load alone. The next burst needs the capacity its load
+    needs; the feedback path's and the backlog's extra replicas drained the last one's queue, and held for the
+    whole hold they kept a code assistant's prefill at 8 where its bursts need 4-5."""
+    older = [r for r in history if now - window < r.at <= now - plain]
+    if not older:
+        return 0
+    if not tuning.burst_hold_sustained:
+        return max(r.down_to for r in older)
+    return max(r.hold_to if r.hold_to is not None else r.down_to for r in older)
 
 
 def reserve(history: tuple[Recommendation, ...], now: float, tuning: Tuning) -> int:

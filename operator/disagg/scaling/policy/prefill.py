@@ -61,17 +61,28 @@ def _learn_from_tail(
     queued (in P/D the first token waits for decode too, which more prefill headroom would not fix)."""
     target = config.ttft_target_s or 1.0
     share = share_above(snap.ttft_histogram, target)
+    if share is not None and share > tuning.tail_high:
+        state = replace(state, ttft_tail_over_at=snap.taken_at)
     steady = stationary(state.prefill.load, snap.uncached_prompt_token_rate, tuning)
     if share is None or not settled or not steady or (decode_queue is not None and decode_queue >= 1.0):
         return state
     k = learned_queue_factor(state, tuning)
     if share > tuning.tail_high:
         k = min(k * tuning.queue_factor_up, tuning.queue_factor_max)
-    elif share < tuning.tail_low and rho >= tuning.learn_min_utilization:
+    elif share < tuning.tail_low and rho >= tuning.learn_min_utilization and calm(state, snap, tuning):
         k = max(k * tuning.queue_factor_down, tuning.queue_factor_min)
     else:
         return state
     return replace(state, queue_factor=k)
+
+
+def calm(state: PolicyState, snap: PoolSnapshot, tuning: Tuning) -> bool:
+    """Whether no window of the last `queue_factor_calm_s` had its TTFT tail over `tail_high`, settled or not
+    (Tuning.queue_factor_calm_s; always, when 0). k only rises on stationary windows, and on on-off traffic the
+    windows whose tail breaks are the ones whose load just stepped: a calm stationary window between bursts then
+    relaxed k, nothing raised it, and it sat at its floor."""
+    over = state.ttft_tail_over_at
+    return tuning.queue_factor_calm_s <= 0 or over is None or snap.taken_at - over >= tuning.queue_factor_calm_s
 
 
 def replica_capacity(config: PolicyConfig, state: PolicyState, tuning: Tuning) -> float:
@@ -153,9 +164,11 @@ def propose_prefill(
     if times is not None:
         k = learned_queue_factor(state, tuning)
         need, rho = prefill_need(planned, capacity, target, times, k, config.prefill.max_replicas, tuning)
+        sustained = prefill_need(demand, capacity, target, times, k, config.prefill.max_replicas, tuning)[0]
     else:
         rho = tuning.max_utilization
         need = planned / (rho * capacity)
+        sustained = demand / (rho * capacity)
     why = (
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
         f"target utilisation {rho:.2f} (queueing factor {learned_queue_factor(state, tuning):.1f})"
@@ -173,4 +186,4 @@ def propose_prefill(
     safe = ttft is None or ttft <= tuning.down_sensitivity * target
     note = "" if safe else f"TTFT p90 {ttft or 0:.3f}s is near the {target:.3f}s target"
     breach = (snap.ttft_p90_s or 0.0) >= target and queue and not blocked
-    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=breach)
+    return Proposal(need, why, safe_to_shrink=safe, shrink_note=note, breach=breach, sustained=min(sustained, need))

@@ -29,6 +29,9 @@ class Proposal:
     """The window straddles our own scale-down taking effect: the survivors' caches are still warming."""
     load: float | None = None
     """The pool's load in this window (prefill: computed prompt tokens/s; decode: generated tokens/s)."""
+    sustained: float | None = None
+    """The need of the load alone: without the feedback path and the backlog term (None: the same as `need`). What
+    a burst hold keeps for the next burst (Tuning.burst_hold_sustained); the rest drained the last one's queue."""
 
 
 def stale(config: PolicyConfig, snap: PoolSnapshot, now: float, tuning: Tuning) -> bool:

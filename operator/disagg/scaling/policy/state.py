@@ -25,6 +25,12 @@ class Recommendation:
     load: float | None = None
     """The pool's load then (prefill: computed prompt tokens/s; decode: generated tokens/s), for a load building up
     (Tuning.itl_backoff_rise)."""
+    hold_to: int | None = None
+    """`down_to` for the need of the load alone (Proposal.sustained; None: as `down_to`), what the burst hold keeps
+    past the plain window (Tuning.burst_hold_sustained)."""
+    requests: float | None = None
+    """The pool's request rate then, to tell a load that builds up because outputs got longer from one that rose
+    because more requests came (Tuning.itl_backoff_per_request_rise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,9 @@ class PolicyState:
     None until learned (Tuning.itl_margin)."""
     """k of the prefill queueing model, learned from observed TTFT p90 (smoothed, clipped); None until learned."""
     itl_fit: ItlFit = field(default_factory=ItlFit)
+    ttft_tail_over_at: float | None = None
+    """When a prefill window last had its TTFT tail over Tuning.tail_high, settled or not
+    (Tuning.queue_factor_calm_s)."""
 
     def memory(self, name: PoolName) -> PoolMemory:
         return self.prefill if name == "prefill" else self.decode
@@ -108,8 +117,17 @@ def ewma(previous: float | None, sample: float, smoothing: float) -> float:
     return sample if previous is None else previous + smoothing * (sample - previous)
 
 
-def recommendation(now: float, need: float, tuning: Tuning, load: float | None = None) -> Recommendation:
-    return Recommendation(now, ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance)), need, load)
+def recommendation(
+    now: float,
+    need: float,
+    tuning: Tuning,
+    load: float | None = None,
+    requests: float | None = None,
+    sustained: float | None = None,
+) -> Recommendation:
+    up_to, down_to = ceil_replicas(need), ceil_replicas(need / (1.0 - tuning.down_tolerance))
+    hold_to = None if sustained is None else ceil_replicas(sustained / (1.0 - tuning.down_tolerance))
+    return Recommendation(now, up_to, down_to, need, load, hold_to, requests)
 
 
 def ceil_replicas(value: float) -> int:
