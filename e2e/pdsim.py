@@ -230,7 +230,9 @@ class SimEngine:
         stream = bool(body.get("stream"))
         params = body.get("kv_transfer_params")
         self.served += 1
-        self.log.append({"api": api, "request_id": internal, "kv_transfer_params": params, "stream": stream})
+        self.log.append(
+            {"api": api, "request_id": internal, "kv_transfer_params": params, "stream": stream, "body": body}
+        )
         try:
             outcome = await self._run(internal, prompt, max_tokens, params)
             return await self._answer(request, api, internal, prompt, outcome, stream, body)

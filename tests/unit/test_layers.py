@@ -73,6 +73,7 @@ PURE = [
     "frontend/probe",
     "frontend/moriio",
     "frontend/sse",
+    "frontend/codec",
 ]
 """The pure core: no clients, no network, no clock, no randomness, no environment, no processes."""
 FRONTEND_SHELL = ["app", "client", "discovery", "metrics", "registry", "server"]

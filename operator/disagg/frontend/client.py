@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import codec
 from .flows import Leg
 
 _MAX_HEADER = 64 * 1024
@@ -129,6 +130,14 @@ class StreamReply:
         self.release()
 
     async def read(self) -> bytes:
+        conn = self._conn
+        if conn is not None and self._remaining:
+            # A body framed by Content-Length, the engines' usual answer: one read, no chunk loop.
+            data: bytes = await self._within(conn.reader.readexactly(self._remaining))
+            self._remaining = 0
+            self._done = True
+            self.release()
+            return data
         parts = [chunk async for chunk in self.iter_any()]
         return b"".join(parts)
 
@@ -237,19 +246,19 @@ class EngineClient:
         raise LegError("connect", f"{method} {url}: the engine closed every connection")  # pragma: no cover
 
     async def post_json(self, leg: Leg, deadline: float, parse: bool = True) -> JsonReply:
-        reply = await self.request("POST", leg.url, dumps(leg.body), leg.headers, deadline)
+        reply = await self.request("POST", leg.url, codec.dumps_body(leg.body), leg.headers, deadline)
         raw = await reply.read()
         data = None
         if parse and raw:
             try:
-                data = json.loads(raw)
+                data = codec.loads_reply(raw)
             except ValueError:
                 data = None
         return JsonReply(reply.status, data, raw, reply.content_type)
 
     async def open(self, leg: Leg, deadline: float) -> StreamReply:
         """A streaming response whose body the caller reads and then releases."""
-        return await self.request("POST", leg.url, dumps(leg.body), leg.headers, deadline)
+        return await self.request("POST", leg.url, codec.dumps_body(leg.body), leg.headers, deadline)
 
     async def get(self, url: str, deadline: float) -> tuple[int, bytes]:
         reply = await self.request("GET", url, None, {}, deadline)

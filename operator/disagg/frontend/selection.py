@@ -96,6 +96,7 @@ class Selector:
         self._counters: dict[str, int] = {}
         self._inflight: dict[str, int] = {}
         self._drained: dict[tuple[str, str], tuple[float | None, str]] = {}
+        self._by_revision: dict[str, tuple[list[Engine], list[Engine]]] = {}
         self._wrr: dict[str, float] = {}
 
     # ---- the engine view ------------------------------------------------------------------------------------
@@ -116,6 +117,20 @@ class Selector:
         self._inflight = {k: v for k, v in self._inflight.items() if k in self._by_key}
         self._drained = {
             pair: until for pair, until in self._drained.items() if pair[0] in self._by_key and pair[1] in self._by_key
+        }
+        self._by_revision = self._group_by_revision(by_role)
+
+    @staticmethod
+    def _group_by_revision(by_role: dict[EngineRole, list[Engine]]) -> dict[str, tuple[list[Engine], list[Engine]]]:
+        """Each revision both roles serve, with its prefills and decodes: decided once per discovery snapshot, since
+        every request asks which revisions are complete."""
+        common = {e.revision for e in by_role["decode"]} & {e.revision for e in by_role["prefill"]}
+        return {
+            revision: (
+                [e for e in by_role["prefill"] if e.revision == revision],
+                [e for e in by_role["decode"] if e.revision == revision],
+            )
+            for revision in sorted(common)
         }
 
     def engines(self, role: EngineRole) -> list[Engine]:
@@ -197,11 +212,8 @@ class Selector:
     def revisions(self, now: float) -> dict[str, int]:
         """Complete revisions and their pair capacity: min(prefills, decodes) with at least one undrained pair."""
         out: dict[str, int] = {}
-        revisions = {e.revision for e in self._engines["decode"]} & {e.revision for e in self._engines["prefill"]}
-        for revision in revisions:
-            prefills = [e for e in self._engines["prefill"] if e.revision == revision]
-            decodes = [e for e in self._engines["decode"] if e.revision == revision]
-            if any(not self.is_drained(p.key, d.key, now) for p in prefills for d in decodes):
+        for revision, (prefills, decodes) in self._by_revision.items():
+            if not self._drained or any(not self.is_drained(p.key, d.key, now) for p in prefills for d in decodes):
                 out[revision] = min(len(prefills), len(decodes))
         return out
 
@@ -212,6 +224,8 @@ class Selector:
         )
 
     def _pick_revision(self, capacities: dict[str, int], key: str | None) -> str:
+        if len(capacities) == 1:
+            return next(iter(capacities))
         newest_first = sorted(capacities, key=lambda r: (self._generation(r), r), reverse=True)
         if self.revision_policy == "newest" or len(newest_first) == 1:
             return newest_first[0]
@@ -266,12 +280,8 @@ class Selector:
             decodes = [pin_decode]
         else:
             revision = self._pick_revision(capacities, key)
-            decodes = self._order(
-                "decode", [e for e in self._engines["decode"] if e.revision == revision], key, revision
-            )
-        prefills = self._order(
-            "prefill", [e for e in self._engines["prefill"] if e.revision == revision], key, revision
-        )
+            decodes = self._order("decode", self._by_revision[revision][1], key, revision)
+        prefills = self._order("prefill", self._by_revision[revision][0], key, revision)
         for decode in decodes:
             for prefill in prefills:
                 if not self.is_drained(prefill.key, decode.key, now):

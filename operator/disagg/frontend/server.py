@@ -11,15 +11,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from . import flows
+from . import codec, flows
 from .client import EngineClient, JsonReply, LegError, StreamReply, dumps
 from .config import FrontendConfig
 from .contract import CONCURRENT_FLOWS, Engine
@@ -68,7 +68,7 @@ class Frontend:
         selector: Selector | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        nonce: Callable[[], str] = lambda: uuid.uuid4().hex,
+        nonce: Callable[[], str] = lambda: os.urandom(16).hex(),
         metrics: Metrics | None = None,
     ) -> None:
         self.config = config
@@ -144,7 +144,7 @@ class Frontend:
         result: Result | None = None
         try:
             try:
-                body = json.loads(await request.read())
+                body = codec.loads_request(await request.read())
             except ValueError:
                 result = _error(400, "the request body is not valid JSON")
             else:

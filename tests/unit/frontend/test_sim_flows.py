@@ -400,3 +400,35 @@ async def test_disagg_frontend_serves_moriio_engines_that_registered_over_zmq() 
         frontend.terminate()
         frontend.wait(10)
     assert by_source(decodes[0], "external_kv_transfer") == 100
+
+
+async def test_engine_bodies_carry_the_clients_values_exactly() -> None:
+    prefills, decodes = sim_engines("nixl")
+    body = {
+        "model": "sim",
+        "prompt": "héllo ✓ " + PROMPT,
+        "max_tokens": 3,
+        "seed": 2**70 + 1,  # past 64 bits: orjson reads it as a float and refuses to write it
+        "temperature": 0.1,
+        "logit_bias": {"50256": -100},
+    }
+    async with stack(config(flow="pull"), prefills, decodes) as s:
+        status, data, _ = await s.post("/v1/completions", body)
+    assert status == 200, data
+    for leg in (prefills[0].log[0]["body"], decodes[0].log[0]["body"]):
+        assert leg["prompt"] == body["prompt"]
+        assert leg["seed"] == 2**70 + 1 and isinstance(leg["seed"], int)
+        assert leg["temperature"] == 0.1 and leg["logit_bias"] == {"50256": -100}
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+async def test_a_body_with_a_non_json_constant_is_refused_before_any_engine(constant: str) -> None:
+    prefills, decodes = sim_engines("nixl")
+    raw = f'{{"model": "sim", "prompt": "hi", "max_tokens": 2, "temperature": {constant}}}'.encode()
+    async with (
+        stack(config(flow="pull"), prefills, decodes) as s,
+        s.session.post(s.url + "/v1/completions", data=raw, headers={"Content-Type": "application/json"}) as r,
+    ):
+        status, text = r.status, await r.text()
+    assert status == 400 and "not valid JSON" in text
+    assert prefills[0].log == [] and decodes[0].log == []
