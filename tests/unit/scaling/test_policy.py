@@ -806,6 +806,17 @@ def test_a_near_idle_decode_pool_is_not_sized_by_a_secant_through_noise() -> Non
     assert sizes(replace(whole, itl_anchor_min_batch=4.0))[-30:] == [1] * 30
 
 
+def long_outputs_arriving(at: float, i: int) -> PoolSnapshot:
+    """Decode at interval `i` of a switch to long outputs on the engine above (49 ms idle, +0.68 ms per sequence, 2
+    replicas): the running batch climbs from 20 to 100 sequences over intervals 20-40, then holds."""
+    running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
+    itl = 0.0488 + 0.00068 * running / 2
+    return PoolSnapshot(
+        "decode", at, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
+        waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
+    )  # fmt: skip
+
+
 def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
     # The engine above (49 ms idle, +0.68 ms per sequence) on 2 replicas, against a 100 ms target. A switch to long
     # outputs: the running batch climbs from 20 to 100 sequences over 5 minutes (every request stays for minutes,
@@ -815,12 +826,7 @@ def test_the_aim_above_idle_backs_off_while_the_decode_load_builds_up() -> None:
         run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
         out, reasons = [], []
         for i in range(60):
-            running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
-            itl = 0.0488 + 0.00068 * running / 2
-            snap = PoolSnapshot(
-                "decode", run.now, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
-                waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
-            )  # fmt: skip
+            snap = long_outputs_arriving(run.now, i)
             d = run.step(prefill_snap(run.now), snap)
             assert d.decode is not None and d.decode.need is not None
             out.append(d.decode.need)
@@ -946,12 +952,7 @@ def test_the_decode_back_off_holds_without_a_request_rate() -> None:
         run = Run(make_spec(slo={"ttftP90": "1s", "itlP90": "100ms"}), tuning)
         out = []
         for i in range(40):
-            running = 20.0 + 80.0 * min(max(i - 20, 0) / 20, 1.0)
-            itl = 0.0488 + 0.00068 * running / 2
-            snap = PoolSnapshot(
-                "decode", run.now, INTERVAL, 2, generation_token_rate=running / itl, running_requests=running,
-                waiting_requests=0.0, kv_cache_usage=0.0005 * running, itl_p90_s=itl * 1.1, itl_mean_s=itl,
-            )  # fmt: skip
+            snap = long_outputs_arriving(run.now, i)
             d = run.step(prefill_snap(run.now), snap)
             assert d.decode is not None
             out.append(d.decode.reason)
