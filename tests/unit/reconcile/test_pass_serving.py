@@ -359,11 +359,14 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     clock.now += 10
     await h.reconcile()
     assert h.condition("Serving")["status"] == "True"
+    waiting = "up and being probed; older revisions old serve meanwhile"
+    assert h.status["rollout"]["waitingFor"] == f"revision {new}: 0 prefill and 0 decode ready, 0 and 0 {waiting}"
     # The new revision's decode comes up first: it passes nothing (no new prefill yet) and stays unready.
     create_pod(h.server, "m", "m-decode-new", "decode", gated=True, revision=new)
     await h.reconcile()
     assert gate(h, "m-decode-new") == {}
     rollout = h.status["rollout"]
+    assert rollout["waitingFor"] == f"revision {new}: 0 prefill and 0 decode ready, 0 and 1 {waiting}"
     assert rollout["state"] == "RollingOut" and rollout["revision"] == new
     assert {r["revision"]: (r["prefill"], r["decode"], r["waitingDecode"]) for r in rollout["revisions"]} == {
         "old": (1, 1, 0),
