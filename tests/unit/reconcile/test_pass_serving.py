@@ -405,7 +405,8 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     assert degraded["reason"] == "RolloutStuck", degraded
     assert (
         f"the rollout to pairing revision {h.status['pairingRevision']} has not completed in 60 s"
-        in degraded["message"]
+        f" (revision {h.status['pairingRevision']}: 0 prefill and 0 decode ready, 1 and 1 up and being probed;"
+        " older revisions old serve meanwhile)" in degraded["message"]
     )
     assert h.status["rollout"]["state"] == "Stuck"
     assert h.condition("Serving")["status"] == "True"  # the old pair still serves

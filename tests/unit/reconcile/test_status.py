@@ -179,9 +179,10 @@ def test_unschedulable_pods_are_explained() -> None:
 def test_a_pool_with_all_its_replicas_ready_does_not_blame_a_pod_that_is_not() -> None:
     """A pod of a pool that has as many ready replicas as it wants, or more (a surge pod that cannot be scheduled, an
     old pod still there while the pool scales down), is no reason the pool is not ready: the message leaves it out."""
+    waiting = {"reason": "CrashLoopBackOff", "message": "back-off"}
     pod = {
         "metadata": {"name": "m-decode-x", "labels": {"disagg.dev/role": "decode"}},
-        "status": {"containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]},
+        "status": {"containerStatuses": [{"state": {"waiting": waiting}}]},
     }
     for ready in (1, 2):  # decode wants 1
         report = compute_status(observe(live(decode=ready), pods=[pod]))
