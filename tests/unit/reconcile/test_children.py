@@ -146,3 +146,19 @@ def test_a_pod_skipped_does_not_hide_the_problems_of_the_pods_after_it() -> None
         crashing("c-running"),
     ]
     assert pod_problems(pods) == {"decode": ["pod c-running CrashLoopBackOff: back-off 5m"]}
+
+
+def test_a_waiting_container_s_message_is_kept_to_its_last_character() -> None:
+    """Only the ": " left by a waiting reason without a message is cut; a message's own last characters stay."""
+
+    def waiting(message: str | None) -> dict[str, Any]:
+        state = {"reason": "ErrImagePull"} | ({"message": message} if message is not None else {})
+        return {
+            "metadata": {"name": "p", "labels": {"disagg.dev/role": "prefill"}},
+            "status": {"containerStatuses": [{"state": {"waiting": state}}]},
+        }
+
+    assert pod_problems([waiting("pull access denied for registry.local/team-X")]) == {
+        "prefill": ["pod p ErrImagePull: pull access denied for registry.local/team-X"]
+    }
+    assert pod_problems([waiting(None)]) == {"prefill": ["pod p ErrImagePull"]}

@@ -290,6 +290,7 @@ async def test_off_mode_is_unknown_with_the_reason() -> None:
     serving = h.condition("Serving")
     assert (serving["status"], serving["reason"]) == ("Unknown", "CheckDisabled")
     assert h.status["phase"] == "Ready" and frontend.completions == 0
+    assert h.status["serving"] == {"mode": "Off", "method": "pairs"}
 
 
 async def test_no_frontend_pod_is_not_serving() -> None:
@@ -339,11 +340,15 @@ async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_th
     assert h.condition("Serving")["status"] == "True" and "1 failing pairs drained" in h.condition("Serving")["message"]
     assert h.condition("Degraded")["reason"] == "PairsDrained" and h.status["serving"]["drained"] == 1
     assert len(h.server.objects("Pod", NAMESPACE)) == 6  # nothing deleted: both engines serve in other pairs
+    assert [e["type"] for e in h.events("DrainedPairs")] == ["Warning"]
+    undrained = REGISTRY.get_sample_value("disagg_remediations_total", {"action": "undrained"}) or 0.0
     frontend.behaviour = lambda p, d: True
     clock.now += 10
     await h.reconcile()
     assert frontend.undrains and h.condition("Degraded")["status"] == "False"
     assert "UndrainedPairs" in reasons(h)
+    # The one pair drained is undrained (once, whichever frontends held it).
+    assert REGISTRY.get_sample_value("disagg_remediations_total", {"action": "undrained"}) == undrained + 1
 
 
 async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_reports_it() -> None:
