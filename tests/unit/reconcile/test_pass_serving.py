@@ -271,6 +271,42 @@ async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
     assert h.status["phase"] == "Degraded" and h.condition("Degraded")["reason"] == "ServingFailed"
 
 
+async def test_without_a_router_only_the_api_pods_of_a_multi_node_decode_pool_are_asked() -> None:
+    """With no router (a custom connector naming no P/D protocol), the check asks decode's own endpoint: in a
+    multi-node pool that is each replica's leader; its workers carry the role label, run --headless and serve no HTTP,
+    so asking them would fail the check."""
+    document = MINIMAL.replace(
+        "decode: {replicas: 1}",
+        "decode: {replicas: 1, dataParallel: 2, nodesPerReplica: 2}\n"
+        "  transfer: {connector: custom, custom: {connectorClass: ExampleConnector}}",
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    assert h.server.get("LeaderWorkerSet", NAMESPACE, "m-decode") is not None
+    for name, index, statefulset, ip in (
+        ("m-decode-0", "0", "m-decode", "10.1.0.1"),
+        ("m-decode-0-1", "1", "m-decode-0", "10.1.0.2"),
+    ):
+        pod = make_pod("m", name, "decode", ip=ip)
+        pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = index
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": statefulset,
+                "uid": f"uid-{statefulset}",
+                "controller": True,
+            }
+        ]
+        h.server.create(pod)
+    h.settle()
+    for _ in range(2):
+        clock.now += 10
+        await h.reconcile()
+    assert frontend.completed and set(frontend.completed) == {"10.1.0.1"}
+    assert h.condition("Serving")["status"] == "True"
+
+
 async def test_report_mode_reports_serving_but_ready_means_pods() -> None:
     document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: Report}}")
     h, _frontend, _clock = checked_harness(deployment_document(document), completions_ok=False)
