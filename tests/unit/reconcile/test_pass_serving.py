@@ -383,6 +383,7 @@ async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_th
     await h.reconcile()
     assert frontend.undrains and h.condition("Degraded")["status"] == "False"
     assert "UndrainedPairs" in reasons(h)
+    assert [e["type"] for e in h.events("UndrainedPairs")] == ["Normal"]
     # The one pair drained is undrained (once, whichever frontends held it).
     assert REGISTRY.get_sample_value("disagg_remediations_total", {"action": "undrained"}) == undrained + 1
 
@@ -409,10 +410,11 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     rollout = h.status["rollout"]
     assert rollout["waitingFor"] == f"revision {new}: 0 prefill and 0 decode ready, 0 and 1 {waiting}"
     assert rollout["state"] == "RollingOut" and rollout["revision"] == new
-    assert {r["revision"]: (r["prefill"], r["decode"], r["waitingDecode"]) for r in rollout["revisions"]} == {
-        "old": (1, 1, 0),
-        new: (0, 0, 1),
+    rows = {
+        r["revision"]: (r["prefill"], r["decode"], r["waitingPrefill"], r["waitingDecode"])
+        for r in rollout["revisions"]
     }
+    assert rows == {"old": (1, 1, 0, 0), new: (0, 0, 0, 1)}
     assert "older revisions old serve meanwhile" in rollout["waitingFor"]
     # Its prefill comes up: the new pair passes, both are admitted in the same pass.
     create_pod(h.server, "m", "m-prefill-new", "prefill", gated=True, revision=new)
