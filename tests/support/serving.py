@@ -42,6 +42,8 @@ class FakeFrontend:
     refuse_drain: set[str] = field(default_factory=set)
     """Frontend pod IPs whose drain calls fail."""
     completions: int = 0
+    completed: list[str] = field(default_factory=list)
+    """The pod IP each completion (the endpoint check) went to."""
 
     def _selector(self) -> Selector:
         selector = Selector()
@@ -110,6 +112,7 @@ class FakeFrontend:
 
     async def complete(self, host: str, port: int, model: str, deadline: float) -> Outcome:
         self.completions += 1
+        self.completed.append(host)
         return Outcome("", "", "", self.completions_ok, 0.05, "" if self.completions_ok else "502 Bad Gateway")
 
     async def close(self) -> None:

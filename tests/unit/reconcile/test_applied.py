@@ -101,6 +101,14 @@ def test_dropping_a_child_or_an_owner_forgets_it() -> None:
     assert not memo.unchanged(OWNER, "Service", "dd", sent, workload())
 
 
+def test_dropping_a_child_of_an_owner_with_nothing_recorded_is_a_no_op() -> None:
+    """A pass prunes a child even when none of its applies succeeded (a fresh replica whose every apply was
+    refused): nothing is recorded for that DisaggDeployment, and forgetting its child must not fail the pass."""
+    memo, _, sent = memo_with("Deployment", workload())
+    memo.drop(("ns", "other"), "Deployment", "other-decode")
+    assert memo.unchanged(OWNER, "Deployment", "dd-decode", sent, workload())
+
+
 def test_a_child_is_due_again_at_its_reapply_time_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("disagg.reconcile.applied.random.uniform", lambda low, high: 1.0)  # no spread
     memo, clock, sent = memo_with("Deployment", workload())

@@ -23,6 +23,13 @@ def test_a_deletion_changes_the_cache_only_when_it_removes_what_is_stored() -> N
     assert not cache.delete("Pod", "ns", "p", "12")  # the same deletion again
 
 
+def test_a_deletion_of_a_kind_the_cache_never_held_changes_nothing() -> None:
+    """A watch can report a deletion before the cache has held any object of that kind."""
+    cache = Cache()
+    assert not cache.delete("Pod", "ns", "p", "1")
+    assert cache.count("Pod") == 0
+
+
 def test_a_relist_drops_what_it_no_longer_holds_unless_it_was_written_since() -> None:
     """The informer's relist after a lost watch: objects the list lacks are gone, except one written after the list
     was taken (its resourceVersion is newer), wherever it sits among the stored objects."""

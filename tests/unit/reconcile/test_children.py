@@ -128,3 +128,37 @@ def test_pod_problems_are_listed_by_pod_name_whatever_order_the_cache_gives() ->
     expected = {"decode": [f"pod {name} unschedulable: 0/8 nodes" for name in sorted(names)]}
     assert pod_problems([unschedulable(name) for name in names]) == expected
     assert pod_problems([unschedulable(name) for name in reversed(names)]) == expected
+
+
+def test_a_pod_skipped_does_not_hide_the_problems_of_the_pods_after_it() -> None:
+    """A pod without a role label and a terminating pod say nothing, and the pods sorted after them are still read."""
+
+    def crashing(name: str, **metadata: Any) -> dict[str, Any]:
+        waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m"}
+        return {
+            "metadata": {"name": name, "labels": {"disagg.dev/role": "decode"}, **metadata},
+            "status": {"containerStatuses": [{"state": {"waiting": waiting}}]},
+        }
+
+    pods = [
+        crashing("a-unlabelled", labels={}),
+        crashing("b-terminating", deletionTimestamp="2026-01-01T00:00:00Z"),
+        crashing("c-running"),
+    ]
+    assert pod_problems(pods) == {"decode": ["pod c-running CrashLoopBackOff: back-off 5m"]}
+
+
+def test_a_waiting_container_s_message_is_kept_to_its_last_character() -> None:
+    """Only the ": " left by a waiting reason without a message is cut; a message's own last characters stay."""
+
+    def waiting(message: str | None) -> dict[str, Any]:
+        state = {"reason": "ErrImagePull"} | ({"message": message} if message is not None else {})
+        return {
+            "metadata": {"name": "p", "labels": {"disagg.dev/role": "prefill"}},
+            "status": {"containerStatuses": [{"state": {"waiting": state}}]},
+        }
+
+    assert pod_problems([waiting("pull access denied for registry.local/team-X")]) == {
+        "prefill": ["pod p ErrImagePull: pull access denied for registry.local/team-X"]
+    }
+    assert pod_problems([waiting(None)]) == {"prefill": ["pod p ErrImagePull"]}

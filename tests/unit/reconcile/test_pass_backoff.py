@@ -5,6 +5,7 @@ reported, and its backoff keeps growing to the cap instead of starting over."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -86,6 +87,22 @@ async def test_one_transient_answer_costs_one_short_retry(status: int) -> None:
     assert "status" not in h.owner()
     assert await one_pass(h) is None
     assert h.status["phase"] == "Pending"
+
+
+async def test_a_transient_error_retried_quietly_is_logged_with_the_object_and_the_servers_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before the status says anything, the log is the only place a quiet retry shows: it names the object whose
+    apply failed and the API server's answer."""
+    h = harness(deployment_document(MINIMAL))
+    h.server.fail(503, "etcdserver: leader changed", method="PATCH", kind="Service", name="m-router", times=1)
+    with caplog.at_level(logging.WARNING, logger="disagg.reconcile"):
+        assert await one_pass(h) == 1.0
+    assert "status" not in h.owner()
+    assert (
+        "reconcile of ns/m will be retried in 1s: Service/m-router: 503 InternalError: etcdserver: leader changed"
+        in caplog.messages
+    ), caplog.messages
 
 
 async def test_an_invalid_spec_is_not_retried() -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from disagg.names import common_labels
 from disagg.reconcile.kube import Response
+from disagg.reconcile.reconciler import RetryLater
 from tests.support.fake_kube import FakeApiServer
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
 
@@ -23,6 +26,19 @@ async def test_children_the_spec_no_longer_wants_are_deleted() -> None:
     assert await h.reconcile() == "ok"
     assert not {("Deployment", "m-render"), ("Service", "m-render")} & set(h.children())
     assert [e["message"] for e in h.events("Pruned")] == ["deleted Deployment m-render, Service m-render"]
+
+
+async def test_a_prune_the_api_server_answers_with_a_transient_error_is_retried_with_its_answer() -> None:
+    """The retry's reason (which the worker logs) is the API server's answer to the delete."""
+    h = harness(with_render_tier(deployment_document(MINIMAL)))
+    await h.reconcile()
+    h.edit_spec(lambda spec: spec["frontend"]["render"].update(enabled=False))
+    h.server.fail(503, "etcdserver: leader changed", method="DELETE", times=1)
+    with pytest.raises(RetryLater) as retried:
+        await h.reconcile()
+    assert str(retried.value) == "503 InternalError: etcdserver: leader changed"
+    assert await h.reconcile() == "ok"
+    assert not {("Deployment", "m-render"), ("Service", "m-render")} & set(h.children())
 
 
 async def test_objects_we_do_not_control_are_left_alone() -> None:

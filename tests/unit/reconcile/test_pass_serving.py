@@ -271,6 +271,42 @@ async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
     assert h.status["phase"] == "Degraded" and h.condition("Degraded")["reason"] == "ServingFailed"
 
 
+async def test_without_a_router_only_the_api_pods_of_a_multi_node_decode_pool_are_asked() -> None:
+    """With no router (a custom connector naming no P/D protocol), the check asks decode's own endpoint: in a
+    multi-node pool that is each replica's leader; its workers carry the role label, run --headless and serve no HTTP,
+    so asking them would fail the check."""
+    document = MINIMAL.replace(
+        "decode: {replicas: 1}",
+        "decode: {replicas: 1, dataParallel: 2, nodesPerReplica: 2}\n"
+        "  transfer: {connector: custom, custom: {connectorClass: ExampleConnector}}",
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    assert h.server.get("LeaderWorkerSet", NAMESPACE, "m-decode") is not None
+    for name, index, statefulset, ip in (
+        ("m-decode-0", "0", "m-decode", "10.1.0.1"),
+        ("m-decode-0-1", "1", "m-decode-0", "10.1.0.2"),
+    ):
+        pod = make_pod("m", name, "decode", ip=ip)
+        pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] = index
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "name": statefulset,
+                "uid": f"uid-{statefulset}",
+                "controller": True,
+            }
+        ]
+        h.server.create(pod)
+    h.settle()
+    for _ in range(2):
+        clock.now += 10
+        await h.reconcile()
+    assert frontend.completed and set(frontend.completed) == {"10.1.0.1"}
+    assert h.condition("Serving")["status"] == "True"
+
+
 async def test_report_mode_reports_serving_but_ready_means_pods() -> None:
     document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: Report}}")
     h, _frontend, _clock = checked_harness(deployment_document(document), completions_ok=False)
@@ -290,6 +326,7 @@ async def test_off_mode_is_unknown_with_the_reason() -> None:
     serving = h.condition("Serving")
     assert (serving["status"], serving["reason"]) == ("Unknown", "CheckDisabled")
     assert h.status["phase"] == "Ready" and frontend.completions == 0
+    assert h.status["serving"] == {"mode": "Off", "method": "pairs"}
 
 
 async def test_no_frontend_pod_is_not_serving() -> None:
@@ -339,11 +376,16 @@ async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_th
     assert h.condition("Serving")["status"] == "True" and "1 failing pairs drained" in h.condition("Serving")["message"]
     assert h.condition("Degraded")["reason"] == "PairsDrained" and h.status["serving"]["drained"] == 1
     assert len(h.server.objects("Pod", NAMESPACE)) == 6  # nothing deleted: both engines serve in other pairs
+    assert [e["type"] for e in h.events("DrainedPairs")] == ["Warning"]
+    undrained = REGISTRY.get_sample_value("disagg_remediations_total", {"action": "undrained"}) or 0.0
     frontend.behaviour = lambda p, d: True
     clock.now += 10
     await h.reconcile()
     assert frontend.undrains and h.condition("Degraded")["status"] == "False"
     assert "UndrainedPairs" in reasons(h)
+    assert [e["type"] for e in h.events("UndrainedPairs")] == ["Normal"]
+    # The one pair drained is undrained (once, whichever frontends held it).
+    assert REGISTRY.get_sample_value("disagg_remediations_total", {"action": "undrained"}) == undrained + 1
 
 
 async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_reports_it() -> None:
@@ -359,16 +401,20 @@ async def test_a_rollout_admits_the_new_revision_in_both_pools_together_and_repo
     clock.now += 10
     await h.reconcile()
     assert h.condition("Serving")["status"] == "True"
+    waiting = "up and being probed; older revisions old serve meanwhile"
+    assert h.status["rollout"]["waitingFor"] == f"revision {new}: 0 prefill and 0 decode ready, 0 and 0 {waiting}"
     # The new revision's decode comes up first: it passes nothing (no new prefill yet) and stays unready.
     create_pod(h.server, "m", "m-decode-new", "decode", gated=True, revision=new)
     await h.reconcile()
     assert gate(h, "m-decode-new") == {}
     rollout = h.status["rollout"]
+    assert rollout["waitingFor"] == f"revision {new}: 0 prefill and 0 decode ready, 0 and 1 {waiting}"
     assert rollout["state"] == "RollingOut" and rollout["revision"] == new
-    assert {r["revision"]: (r["prefill"], r["decode"], r["waitingDecode"]) for r in rollout["revisions"]} == {
-        "old": (1, 1, 0),
-        new: (0, 0, 1),
+    rows = {
+        r["revision"]: (r["prefill"], r["decode"], r["waitingPrefill"], r["waitingDecode"])
+        for r in rollout["revisions"]
     }
+    assert rows == {"old": (1, 1, 0, 0), new: (0, 0, 0, 1)}
     assert "older revisions old serve meanwhile" in rollout["waitingFor"]
     # Its prefill comes up: the new pair passes, both are admitted in the same pass.
     create_pod(h.server, "m", "m-prefill-new", "prefill", gated=True, revision=new)
@@ -402,7 +448,8 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     assert degraded["reason"] == "RolloutStuck", degraded
     assert (
         f"the rollout to pairing revision {h.status['pairingRevision']} has not completed in 60 s"
-        in degraded["message"]
+        f" (revision {h.status['pairingRevision']}: 0 prefill and 0 decode ready, 1 and 1 up and being probed;"
+        " older revisions old serve meanwhile)" in degraded["message"]
     )
     assert h.status["rollout"]["state"] == "Stuck"
     assert h.condition("Serving")["status"] == "True"  # the old pair still serves

@@ -4,19 +4,28 @@ no status at all and was retried with backoff forever."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import yaml
 
 from disagg.reconcile import rendered
 from tests.support.reconciling import MINIMAL, deployment_document, harness
 
 
-async def test_an_exception_in_the_pure_core_becomes_an_invalid_status(monkeypatch: object) -> None:
+async def test_an_exception_in_the_pure_core_becomes_an_invalid_status(
+    monkeypatch: object, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken(*_: object, **__: object) -> object:
         raise ZeroDivisionError("division by zero in the plan")
 
     h = harness(deployment_document(MINIMAL))
     monkeypatch.setattr(rendered, "build_plan", broken)  # type: ignore[attr-defined]
-    assert await h.reconcile() == "invalid"
+    with caplog.at_level(logging.ERROR, logger="disagg.reconcile"):
+        assert await h.reconcile() == "invalid"
+    # The log names the DisaggDeployment and keeps the traceback, for the bug report the status asks for.
+    [record] = [r for r in caplog.records if r.name == "disagg.reconcile" and r.levelno == logging.ERROR]
+    assert record.getMessage() == "rendering ns/m failed" and record.exc_info is not None
     spec_valid = h.condition("SpecValid")
     assert spec_valid["status"] == "False"
     assert "could not render this spec (ZeroDivisionError: division by zero in the plan)" in spec_valid["message"]

@@ -149,6 +149,17 @@ async def test_an_answer_that_is_not_the_frontends_api_is_a_probe_error(
         await prober.pairs("127.0.0.1", other.port)
 
 
+async def test_a_pair_listed_without_a_revision_has_none(other: HttpApiServer, prober: HttpProber) -> None:
+    """A frontend that lists a pair without its pairing revision (an engine that reported none): the revision is
+    empty, which no revision the planner writes equals, not the text "None"."""
+    listed = [{"prefill": "p0", "decode": "d0"}, {"prefill": "p1", "decode": "d1", "revision": "r1", "drained": True}]
+    other.answer("GET", "/disagg/v1/pairs", reply(200, {"pairs": listed}))
+    assert await prober.pairs("127.0.0.1", other.port) == [
+        PairRef("p0", "d0", "", False, False),
+        PairRef("p1", "d1", "r1", True, False),
+    ]
+
+
 async def test_the_probe_answer_becomes_outcomes_with_what_the_operator_knew(
     other: HttpApiServer, prober: HttpProber
 ) -> None:

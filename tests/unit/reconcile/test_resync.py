@@ -4,7 +4,9 @@ for longer than the resync period), and a pass knows which conflict its last sta
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from disagg.reconcile.kube import Response
 from disagg.reconcile.metrics import REGISTRY
 from disagg.reconcile.reconciler import _degraded_message
 from tests.support.fake_kube import FakeApiServer
@@ -76,3 +78,59 @@ async def test_the_phase_gauge_counts_deployments_by_the_phase_their_status_repo
     assert phase_gauge() == {"Pending": 1, "Progressing": 0, "Ready": 1, "Degraded": 0, "Invalid": 0}
     reconciler.forget((NAMESPACE, "second"))  # deleted
     assert phase_gauge() == {"Pending": 0, "Progressing": 0, "Ready": 1, "Degraded": 0, "Invalid": 0}
+
+
+async def test_a_deployment_being_deleted_is_not_reconciled_and_its_children_are_not_written_again() -> None:
+    """Deleted with a finalizer still on it (or in the foreground, while the garbage collector removes the children),
+    a DisaggDeployment stays readable with a deletionTimestamp: the pass ends there and puts nothing back."""
+    h = harness(deployment_document(MINIMAL))
+    assert await h.reconcile() == "ok"
+    h.server.update(
+        "DisaggDeployment", NAMESPACE, "m", lambda d: d["metadata"].update(finalizers=["example.com/hold"]), "user"
+    )
+    h.server.remove("DisaggDeployment", NAMESPACE, "m")
+    assert h.owner()["metadata"].get("deletionTimestamp")
+    h.server.remove("Service", NAMESPACE, "m")  # the garbage collector's first deletions
+    writes = len([r for r in h.server.requests if r.method != "GET"])
+    assert await h.reconcile() == "gone"
+    assert h.server.get("Service", NAMESPACE, "m") is None
+    assert len([r for r in h.server.requests if r.method != "GET"]) == writes
+
+
+class _SlowToLetGo(FakeApiServer):
+    """An apply that hangs until cancelled, and then needs a few more turns of the loop to clean up (as a request
+    whose connection is released does)."""
+
+    def __init__(self) -> None:
+        super().__init__(namespaces=(NAMESPACE,))
+        self.hanging = asyncio.Event()
+        self.cleaned_up = False
+
+    async def request(
+        self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
+    ) -> Response:
+        if method == "PATCH" and not self.cleaned_up:
+            self.hanging.set()
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                self.cleaned_up = True
+        return await super().request(method, path, query, body, content_type)
+
+
+async def test_when_run_returns_no_pass_is_left_running() -> None:
+    """Stopping (the lease lost, the process told to end) cancels the workers and the resync and waits for them: once
+    `run` returns, no pass of this replica is still writing, whoever leads next."""
+    server = _SlowToLetGo()
+    h = harness(deployment_document(MINIMAL), server)
+    stop = asyncio.Event()
+    h.reconciler.request(h.key)
+    running = asyncio.create_task(h.reconciler.run(2, 3600.0, stop))
+    async with asyncio.timeout(10):
+        await server.hanging.wait()
+    stop.set()
+    await running
+    assert server.cleaned_up
+    assert not {"reconcile-0", "reconcile-1", "resync"} & {task.get_name() for task in asyncio.all_tasks()}

@@ -176,6 +176,20 @@ def test_unschedulable_pods_are_explained() -> None:
     assert "Insufficient nvidia.com/gpu" in progressing["message"]
 
 
+def test_a_pool_with_all_its_replicas_ready_does_not_blame_a_pod_that_is_not() -> None:
+    """A pod of a pool that has as many ready replicas as it wants, or more (a surge pod that cannot be scheduled, an
+    old pod still there while the pool scales down), is no reason the pool is not ready: the message leaves it out."""
+    waiting = {"reason": "CrashLoopBackOff", "message": "back-off"}
+    pod = {
+        "metadata": {"name": "m-decode-x", "labels": {"disagg.dev/role": "decode"}},
+        "status": {"containerStatuses": [{"state": {"waiting": waiting}}]},
+    }
+    for ready in (1, 2):  # decode wants 1
+        report = compute_status(observe(live(decode=ready), pods=[pod]))
+        message = condition(report.status, "Ready")["message"]
+        assert f"decode: {ready}/1 ready" in message and "CrashLoopBackOff" not in message, message
+
+
 def test_an_invalid_spec_keeps_the_previous_picture_and_says_why() -> None:
     ready = compute_status(observe(live())).status
     problems = [Problem("spec.decode.tensorParallel", "6 is not a multiple of 4", "use 4 or 8")]
@@ -194,6 +208,14 @@ def test_transition_time_moves_only_when_the_status_flips() -> None:
     assert second[0]["lastTransitionTime"] == "t1" and second[0]["message"] == "b" and changes == []
     third, changes = apply_conditions(second, [ConditionUpdate("Ready", "True", "AllReady", "c")], 2, "t3")
     assert third[0]["lastTransitionTime"] == "t3" and [(c.old, c.new) for c in changes] == [("False", "True")]
+
+
+def test_a_condition_without_a_transition_time_gets_one_even_when_its_status_holds() -> None:
+    """A condition written without lastTransitionTime (by hand, or by an older version) is given the time of this
+    pass, not left without one: the field is required in a Kubernetes condition."""
+    previous = [{"type": "Ready", "status": "False", "reason": "NotReady", "message": "a"}]
+    conditions, changes = apply_conditions(previous, [ConditionUpdate("Ready", "False", "NotReady", "b")], 2, "t2")
+    assert conditions[0]["lastTransitionTime"] == "t2" and changes == []
 
 
 def test_autoscaled_pool_reports_the_live_desired_count() -> None:

@@ -204,21 +204,20 @@ def test_a_pool_held_at_its_minimum_says_minreplicas() -> None:
 
 def test_while_decode_is_queued_the_first_tokens_teach_prefill_nothing() -> None:
     """In P/D a first token also waits for a decode slot: slow first tokens while decode queues are not prefill's
-    burstiness, and k stays unlearned; the same windows with decode keeping up do teach it. Decode is short of room
-    in both (KV at 0.6, past Tuning.decode_queue_room of its ceiling), so its waiting requests are a queue for slots,
-    not transfers under way (D230)."""
+    burstiness, and k stays unlearned; the same windows with decode keeping up do teach it. (A queue for slots, D230:
+    10 waiting beside 100 running, on a pool whose KV is past half its ceiling.)"""
     from tests.unit.scaling.test_policy import ttft_histogram
 
     def learned(waiting: float) -> float | None:
         run = Run(make_spec())
         for _ in range(6):
-            queued = replace(decode_snap(run.now, kv=0.6), waiting_requests=waiting)
+            queued = replace(decode_snap(run.now, kv=0.45), waiting_requests=waiting)
             run.step(replace(prefill_snap(run.now), ttft_histogram=ttft_histogram(0.08)), queued)
         assert run.state is not None
         return run.state.queue_factor
 
     assert learned(0.0) is not None
-    assert learned(20.0) is None
+    assert learned(10.0) is None
 
 
 def test_a_measured_capacity_moves_the_learned_one_part_of_the_way() -> None:
