@@ -120,6 +120,30 @@ async def _serving(document: str = FRONTEND, **frontend: Any) -> tuple[Any, Any,
     return h, fake, clock
 
 
+async def _serving_two_by_two(**frontend: Any) -> tuple[Any, Any, Any]:
+    """Two prefills, two decodes and two routers, every engine admitted after one round of checks."""
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}").replace(
+        "decode: {replicas: 1}", "decode: {replicas: 2}"
+    )
+    h, fake, clock = checked_harness(deployment_document(document), **frontend)
+    await h.reconcile()
+    for name, role in (
+        ("m-prefill-a", "prefill"),
+        ("m-prefill-b", "prefill"),
+        ("m-decode-a", "decode"),
+        ("m-decode-b", "decode"),
+    ):
+        create_pod(h.server, "m", name, role, gated=True)
+    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
+        create_pod(h.server, "m", name, "router", ip=ip)
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    return h, fake, clock
+
+
 async def test_a_broken_pair_turns_serving_false_within_one_recheck_and_the_stale_engine_is_recreated() -> None:
     h, frontend, clock = await _serving()
     frontend.behaviour = lambda p, d: "decode failed: 500 NIXL_ERR_REMOTE_DISCONNECT"
@@ -340,25 +364,7 @@ async def test_no_frontend_pod_is_not_serving() -> None:
 
 
 async def test_a_pair_failing_between_engines_that_serve_elsewhere_is_drained_then_undrained() -> None:
-    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}").replace(
-        "decode: {replicas: 1}", "decode: {replicas: 2}"
-    )
-    h, frontend, clock = checked_harness(deployment_document(document))
-    await h.reconcile()
-    for name, role in (
-        ("m-prefill-a", "prefill"),
-        ("m-prefill-b", "prefill"),
-        ("m-decode-a", "decode"),
-        ("m-decode-b", "decode"),
-    ):
-        create_pod(h.server, "m", name, role, gated=True)
-    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
-        create_pod(h.server, "m", name, "router", ip=ip)
-    h.settle()
-    await h.reconcile()
-    kubelet(h.server)
-    clock.now += 10
-    await h.reconcile()
+    h, frontend, clock = await _serving_two_by_two()
     assert h.condition("Serving")["status"] == "True" and h.status["serving"]["pairs"] == 4
     frontend.behaviour = lambda p, d: "timeout" if (p, d) == ("m-prefill-a", "m-decode-a") else True
     clock.now += 10
@@ -714,25 +720,7 @@ async def test_a_terminating_frontend_pod_is_not_asked() -> None:
 async def test_a_drain_one_frontend_refuses_is_logged_and_the_others_still_drain(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 2}").replace(
-        "decode: {replicas: 1}", "decode: {replicas: 2}"
-    )
-    h, frontend, clock = checked_harness(deployment_document(document), refuse_drain={"10.9.0.1"})
-    await h.reconcile()
-    for name, role in (
-        ("m-prefill-a", "prefill"),
-        ("m-prefill-b", "prefill"),
-        ("m-decode-a", "decode"),
-        ("m-decode-b", "decode"),
-    ):
-        create_pod(h.server, "m", name, role, gated=True)
-    for name, ip in (("m-router-a", "10.9.0.1"), ("m-router-b", "10.9.0.2")):
-        create_pod(h.server, "m", name, "router", ip=ip)
-    h.settle()
-    await h.reconcile()
-    kubelet(h.server)
-    clock.now += 10
-    await h.reconcile()
+    h, frontend, clock = await _serving_two_by_two(refuse_drain={"10.9.0.1"})
     frontend.behaviour = lambda p, d: "timeout" if (p, d) == ("m-prefill-a", "m-decode-a") else True
     with caplog.at_level(logging.WARNING, logger="disagg"):
         for step in (10, 2, 10):
