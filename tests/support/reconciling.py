@@ -183,3 +183,11 @@ def is_within(expected: Any, actual: Any) -> bool:
     if isinstance(expected, dict):
         return isinstance(actual, dict) and all(k in actual and is_within(v, actual[k]) for k, v in expected.items())
     return bool(expected == actual)
+
+
+def assert_comes_back_after(h: Harness, started: float, delay: float) -> None:
+    """The key's timer is set to fire `delay` seconds after some moment since `started` (the loop's clock, read
+    before the pass): a loaded machine may stall the test past the timer, which must still not fire early."""
+    due = h.reconciler.queue.due_in(h.key)
+    assert due is not None and due <= delay
+    assert asyncio.get_running_loop().time() + due >= started + delay - 0.01
