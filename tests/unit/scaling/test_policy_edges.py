@@ -1,7 +1,8 @@
 """Edges of the scaling policy that mutation testing found unasserted (docs/testing.md, "Mutation testing"): the
 ceiling of a pool without maxReplicas, what counts as a burst, how fast the decode fit forgets, where overload
 starts, where the anchored decode sizing applies, the scale-up tolerance, the burst hold's median gap and the
-forecast of a climbing need."""
+forecast of a climbing need; and seed 21's survivors: decode's first size without load, held pools under the GPU
+budget, the forecast's off switch, the rising-need message, a window without TTFT, the backlog while replicas start."""
 
 from __future__ import annotations
 
@@ -246,3 +247,79 @@ def test_without_a_target_for_its_slo_a_pool_is_held_and_the_message_names_the_m
     d = run.step(prefill_snap(0.0), decode_snap(0.0))
     assert d.decode is not None and d.decode.hold == "NoSloTarget"
     assert d.decode.reason == "holding decode at 3: no itlP90 target to size decode by"
+
+
+# Seed 21's `scaling/` survivors (docs/testing.md, "Mutation testing").
+
+
+def test_a_first_decode_evaluation_without_load_holds_the_ready_and_the_starting_replicas() -> None:
+    """Nothing to size decode by yet and no decision remembered: the size the pool is heading for, ready plus
+    starting, is held (not the ready ones alone, which would order the starting replicas away)."""
+    from disagg.scaling.policy.decode import propose_decode
+
+    config = config_from_spec(make_spec())
+    unknown = replace(decode_snap(0.0, ready=2, starting=1), kv_cache_usage=None)
+    proposal = propose_decode(config, unknown, PolicyState(), PoolMemory(), Tuning())
+    assert proposal.need == 3.0
+    assert proposal.why == "decode load unknown; holding the current size"
+    remembered = propose_decode(config, unknown, PolicyState(), PoolMemory(replicas=5), Tuning())
+    assert remembered.need == 5.0
+
+
+def test_the_gpu_budget_never_takes_replicas_from_a_held_pool() -> None:
+    """A pool held (stale metrics here) keeps its size: over the budget, the cut falls on the pool the policy can
+    move, even where the held one's replicas would carry less need each (as in the test above)."""
+    from disagg.scaling.policy.limits import _gpu_budget
+
+    config = config_from_spec(make_spec(maxGpus=7))
+    held = Proposal(need=4.0, why="", hold="MetricsStale")
+    proposals = {"prefill": Proposal(need=1.0, why=""), "decode": held}
+    notes: dict[str, list[str]] = {"prefill": [], "decode": []}
+    out = _gpu_budget(config, proposals, {"prefill": 2, "decode": 6}, notes)  # type: ignore[arg-type]
+    assert out == {"prefill": 1, "decode": 6}
+    assert notes == {"prefill": ["cut to 1 by the GPU budget of 7"], "decode": []}
+
+
+def test_a_forecast_horizon_of_one_second_still_forecasts() -> None:
+    """Only a horizon of 0 turns the forecast off: any positive one extrapolates the climb that far."""
+    tuning = Tuning(forecast_horizon_s=1.0)
+    history = tuple(recommendation(t, 2.0 + 0.01 * t, tuning) for t in range(0, 121, 15))
+    forecast = forecast_need(history, 120.0, tuning)
+    assert forecast is not None and math.isclose(forecast, 3.2 + 0.01)
+
+
+def test_a_scale_down_deferred_for_a_rising_need_gives_the_rise_in_replicas_per_minute() -> None:
+    """The need climbs from 1 to 2 replicas over the 300 s window, on 6 replicas observed for longer: the scale-down
+    waits, and the message gives the slope as kubectl shows it, +0.20 replicas a minute."""
+    config, tuning = config_from_spec(make_spec()), Tuning()
+    window = config.down_window_s
+    assert window == 300.0
+    now = 600.0
+    history = tuple(recommendation(now - window + t, 1.0 + t / window, tuning) for t in range(0, 300, 15))
+    state = PolicyState(prefill=PoolMemory(history=history, observed_at=0.0))
+    verdict = stabilized(config, "prefill", Proposal(2.0, ""), state, 6, now, tuning)
+    assert verdict == (6, "scale-down deferred: the need is rising (+0.20 replicas/min over the window)")
+
+
+def test_a_window_without_a_ttft_teaches_the_queueing_factor_nothing() -> None:
+    """A source that reports no TTFT (and no TTFT histogram): the windows that would teach k at utilisation 0.75
+    (test_observed_latency_corrects_the_prefill_model) leave it unlearned, and the policy keeps deciding."""
+    known, unknown = Run(make_spec()), Run(make_spec())
+    for _ in range(20):
+        known.step(prefill_snap(known.now, ready=1, rps=15.0, ttft=0.4), decode_snap(known.now))
+        d = unknown.step(
+            replace(prefill_snap(unknown.now, ready=1, rps=15.0), ttft_p90_s=None), decode_snap(unknown.now)
+        )
+        assert d.prefill is not None
+    assert known.state is not None and known.state.queue_factor is not None
+    assert unknown.state is not None and unknown.state.queue_factor is None
+
+
+def test_while_replicas_start_a_queue_adds_no_backlog_at_all() -> None:
+    """The queue is what the starting replicas were ordered for: the need is the demand's alone, as with no queue on
+    a pool with nothing starting, and the reason says +0 backlog."""
+    starting = _prefill_need(waiting_requests=40.0, starting_replicas=1)
+    assert starting == _prefill_need(waiting_requests=0.0, starting_replicas=0)
+    run = Run(make_spec())
+    d = run.step(replace(prefill_snap(0.0), waiting_requests=40.0, starting_replicas=1), decode_snap(0.0))
+    assert d.prefill is not None and "(+0 backlog)" in d.prefill.reason
