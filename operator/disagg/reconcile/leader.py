@@ -38,6 +38,8 @@ from .kube import Kube, KubeError
 log = logging.getLogger("disagg.leader")
 
 JITTER = 0.2
+_RECORD_FIELDS = ("holderIdentity", "renewTime", "acquireTime", "leaseTransitions", "leaseDurationSeconds")
+"""The Lease spec's fields that make the leader election record: a holder renewing changes renewTime."""
 
 
 def micro_time() -> str:
@@ -79,8 +81,8 @@ class LeaderElector:
         self._renewed_at = float("-inf")
         """Monotonic time just before the request of the last successful acquire or renewal was sent."""
         self._lease: dict[str, Any] | None = None
-        self._observed: tuple[str, str, str] | None = None
-        """(holder, renewTime, resourceVersion) of the record as last seen, and when it was seen:"""
+        self._observed: tuple[str, ...] | None = None
+        """The record's `_RECORD_FIELDS` as last seen, and when it was seen:"""
         self._observed_at = float("-inf")
         self.previous_holder: str | None = None
         """Who held the Lease before this replica took it (for the handover event)."""
@@ -225,12 +227,10 @@ class LeaderElector:
         self._observe(lease)
 
     def _observe(self, lease: dict[str, Any]) -> None:
+        # The leader election record, as client-go compares it: an edit of the Lease's metadata (a label, an
+        # annotation) by anyone is not the holder renewing, so it does not keep a stuck holder's lease alive.
         spec = lease.get("spec") or {}
-        record = (
-            str(spec.get("holderIdentity") or ""),
-            str(spec.get("renewTime") or ""),
-            str((lease.get("metadata") or {}).get("resourceVersion") or ""),
-        )
+        record = tuple(str(spec.get(field) or "") for field in _RECORD_FIELDS)
         if record != self._observed:
             self._observed = record
             self._observed_at = self.clock()

@@ -71,6 +71,25 @@ async def test_a_renewing_leader_is_never_taken_over() -> None:
     assert lease(server)["holderIdentity"] == "a"
 
 
+async def test_an_edit_of_the_leases_labels_is_not_a_renewal() -> None:
+    """Someone labelling the Lease (a policy controller, kubectl label) changes its resourceVersion, not the leader
+    election record: a holder that stopped renewing is still taken over a lease after its last renewal."""
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    assert not await b._try()
+    for step in range(5):  # a stops renewing; every 1.5 s someone edits the Lease's labels
+        clock.now += 1.5
+
+        def label(obj: dict[str, Any], step: int = step) -> None:
+            obj["metadata"].setdefault("labels", {})["audit"] = str(step)
+
+        server.update("Lease", NAMESPACE, "disagg-operator", label, manager="kubectl-label")
+        assert not await b._try()  # within 8 s of the last renewal
+    clock.now += 1.5  # 9 s after the last renewal, past the 8 s lease
+    assert await b._try() and lease(server)["holderIdentity"] == "b"
+
+
 async def test_a_leader_that_cannot_renew_stops_writing_before_anyone_may_take_over() -> None:
     server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
     a, b = electors(server, clock)
