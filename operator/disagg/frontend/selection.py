@@ -227,7 +227,7 @@ class Selector:
         if len(capacities) == 1:
             return next(iter(capacities))
         newest_first = sorted(capacities, key=lambda r: (self._generation(r), r), reverse=True)
-        if self.revision_policy == "newest" or len(newest_first) == 1:
+        if self.revision_policy == "newest":
             return newest_first[0]
         if key is not None:
             # Weighted rendezvous hashing: a key keeps its revision while the set is unchanged.
