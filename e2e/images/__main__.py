@@ -4,6 +4,9 @@
   load --ctr-address SOCK [--only NAME...] [--prune]
                                                build or reuse, then import into containerd (namespace k8s.io);
                                                --prune removes older builds of those images from it
+  preload [--only NAME...]                     build or reuse, importing each into the real node's image store as
+                                               soon as it is built (through the node's containerd if a cluster
+                                               runs, else a private one on the same store)
   dockerd up|down|status                       the private Docker Engine the builds run in
   smoke [--pd] [--image REF]                   serve the engine image: completion + chat, or a NIXL P/D pair
 
@@ -22,6 +25,7 @@ from .build import BuildError, BuiltImage
 from .dockerd import Dockerd, DockerdError
 from .export import K8S_NAMESPACE, prune_older_builds
 from .pipes import PipeError
+from .preload import PreloadError, preload
 
 
 def _say(msg: str) -> None:
@@ -50,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then remove older builds of the same images from containerd (only when no other checkout uses them)",
     )
+    preload = sub.add_parser("preload", help="build or reuse, then import into the real node's image store")
+    preload.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"any of: {', '.join(names)}")
     daemon = sub.add_parser("dockerd", help="the private Docker Engine")
     daemon.add_argument("action", choices=("up", "down", "status"))
     smoke = sub.add_parser("smoke", help="run the vLLM CPU engine image for real (heavy: one or two engines)")
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "build":
             built = _build(docker, args.only)
+        elif args.command == "preload":
+            built = preload(docker, specs.select(args.only), _say)
         else:
             loaded = api.build_and_load(
                 args.ctr_address, args.only, namespace=args.namespace, ctr=args.ctr, docker=docker, say=_say
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                     _say(f"removed {ref}")
         for image in built:
             print(f"{image.name} {image.ref}", flush=True)
-    except (BuildError, DockerdError, PipeError, smoke.SmokeError, ValueError) as exc:
+    except (BuildError, DockerdError, PipeError, PreloadError, smoke.SmokeError, ValueError) as exc:
         _say(f"error: {exc}")
         return 1
     return 0

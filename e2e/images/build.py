@@ -106,22 +106,28 @@ def build_images(
     *,
     log_dir: Path,
     say: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
+    on_built: Callable[[BuiltImage], None] = lambda image: None,
 ) -> list[BuiltImage]:
     """Build (or reuse) each image in order; the first failure raises, naming the image and its log.
 
-    One build at a time per daemon: a second caller waits, then finds the images the first one built.
+    `on_built` is called with each image as soon as it exists, before the next one builds (e.g. to export it
+    meanwhile). One build at a time per daemon: a second caller waits, then finds the images the first one built.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return _build_all(docker, specs, log_dir, say)
+            return _build_all(docker, specs, log_dir, say, on_built)
         finally:
             prune(docker)  # also after a failed build, whose half-built layers are dangling
 
 
 def _build_all(
-    docker: Dockerd, specs: Sequence[ImageSpec], log_dir: Path, say: Callable[[str], None]
+    docker: Dockerd,
+    specs: Sequence[ImageSpec],
+    log_dir: Path,
+    say: Callable[[str], None],
+    on_built: Callable[[BuiltImage], None],
 ) -> list[BuiltImage]:
     base_id = base.ensure_base(docker, log=log_dir / "base.log", say=say)
     built: list[BuiltImage] = []
@@ -142,6 +148,7 @@ def _build_all(
             docker.run(["tag", keyed, spec.ref])
             built.append(BuiltImage(spec.name, keyed, spec.ref, existing, key, True, time.monotonic() - started))
             say(f"{spec.name}: {keyed} is up to date")
+            on_built(built[-1])
             continue
         log = log_dir / f"{spec.name}.log"
         say(f"{spec.name}: building {keyed} (log: {log})")
@@ -153,6 +160,7 @@ def _build_all(
         seconds = time.monotonic() - started
         built.append(BuiltImage(spec.name, keyed, spec.ref, image, key, False, seconds))
         say(f"{spec.name}: built {keyed} in {seconds:.0f} s")
+        on_built(built[-1])
     return built
 
 

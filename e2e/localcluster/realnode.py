@@ -19,14 +19,17 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import yaml
 
 from . import kubeapi, network, sandbox_image
 from .components import LOOPBACK, Addresses, Component, Layout, Ports, fetch_ok
-from .config import BinDir, cache_root, read_versions
+from .config import BinDir, read_versions
+from .image_store import acquire_store_lock, image_store, release_store_lock
 from .kubeapi import Api
 from .pki import REAL_NODE_NAME
 
@@ -41,11 +44,6 @@ CLUSTER_DOMAIN = "cluster.local"
 OWNER_FILE = Path("/run/disagg-e2e/real-node-owner")
 REGISTER_TIMEOUT_SECONDS = 90.0
 CNI_NETWORK = "disagg-e2e"
-
-
-def image_store() -> Path:
-    """containerd's root: kept across clusters, because images cannot be pulled again."""
-    return cache_root() / "node" / "containerd"
 
 
 class NodePaths:
@@ -201,8 +199,12 @@ def _import_sandbox_image(paths: NodePaths, bins: BinDir) -> None:
 
 def containerd(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Component:
     paths = NodePaths(lay)
+    held: list[IO[str]] = []
 
     def prepare() -> None:
+        # Until it answers: a background import (image_store.open_store) may hold the store with a containerd of
+        # its own; after, such an import goes through this containerd's socket.
+        held.append(acquire_store_lock(say=_say_waiting))
         paths.dir.mkdir(parents=True, exist_ok=True)
         image_store().mkdir(parents=True, exist_ok=True)
         paths.cni_conf_dir.mkdir(parents=True, exist_ok=True)
@@ -219,10 +221,15 @@ def containerd(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Com
         return True
 
     def finish() -> None:
+        release_store_lock(held.pop())
         _import_sandbox_image(paths, bins)
 
     argv = [_which("containerd"), "--config", str(paths.containerd_config)]
     return Component("containerd", argv, ready, 60, prepare=prepare, finish=finish)
+
+
+def _say_waiting(message: str) -> None:
+    print(f"[real node] {message}", file=sys.stderr, flush=True)
 
 
 def _which(program: str) -> str:
