@@ -62,7 +62,7 @@ def test_with_the_node_running_the_store_is_reached_through_the_nodes_containerd
     require_real_node(kube_cluster)
     with image_store.open_store() as address:
         assert address == _node_socket()
-        assert "containerd" in _ctr(address, "version")
+        assert "Server:" in _ctr(address, "version")  # a containerd answers there
 
 
 def test_the_preload_imports_through_the_running_node_and_finds_what_is_loaded_there(kube_cluster: KubeCluster) -> None:
