@@ -59,23 +59,44 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.used = False
+        self.expired = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """One timer for the whole leg (head, then every body read): at the deadline it aborts the connection, which
+        ends whichever read is pending. A per-read `asyncio.timeout_at` cost about a tenth of the frontend's CPU."""
+        self._timer = loop.call_at(deadline, self._expire)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        self.expired = True
+        self.writer.transport.abort()
 
     def close(self) -> None:
+        self.disarm()
         with contextlib.suppress(Exception):
             self.writer.close()
+
+
+def _late() -> LegError:
+    return LegError("timeout", "the engine's answer did not finish before the deadline")
 
 
 class StreamReply:
     """A response whose body is read by the caller (whole or in chunks), then released or closed."""
 
     def __init__(self, client: EngineClient, key: tuple[str, int], conn: _Connection, status: int,
-                 headers: dict[str, str], deadline: float) -> None:  # fmt: skip
+                 headers: dict[str, str]) -> None:  # fmt: skip
         self._client = client
         self._key = key
         self._conn: _Connection | None = conn
         self.status = status
         self.headers = headers
-        self._deadline = deadline
         self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         length = headers.get("content-length")
         self._remaining = int(length) if length is not None and not self._chunked else None
@@ -87,15 +108,18 @@ class StreamReply:
         return self.headers.get("content-type", "application/json")
 
     async def _within(self, awaitable: Any) -> Any:
+        """A read of the body, before the leg's deadline (the connection's timer aborts it when it passes)."""
+        conn = self._conn
         try:
-            async with asyncio.timeout_at(self._deadline):
-                return await awaitable
-        except TimeoutError:
-            self.close()
-            raise LegError("timeout", "the engine's answer did not finish before the deadline") from None
+            return await awaitable
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError) as e:
             self.close()
+            if conn is not None and conn.expired:
+                raise _late() from None
             raise LegError("aborted", f"the engine's answer broke off: {e!r}") from e
+        except BaseException:  # cancelled (the client left): nobody reads the rest of this answer
+            self.close()
+            raise
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -117,6 +141,8 @@ class StreamReply:
                 data = await self._within(reader.read(min(self._remaining, 65536)))
                 if not data:
                     self.close()
+                    if conn.expired:
+                        raise _late()
                     raise LegError("aborted", "the engine closed the connection mid-answer")
                 self._remaining -= len(data)
                 self._done = self._remaining == 0
@@ -124,6 +150,9 @@ class StreamReply:
             else:
                 data = await self._within(reader.read(65536))
                 if not data:
+                    if conn.expired:  # the timer's abort, not the engine's end of the body
+                        self.close()
+                        raise _late()
                     self._done = True
                     break
                 yield data
@@ -146,7 +175,8 @@ class StreamReply:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if self._done and self._keep:
+        conn.disarm()
+        if self._done and self._keep and not conn.expired:
             self._client._put(self._key, conn)
         else:
             conn.close()
@@ -213,15 +243,14 @@ class EngineClient:
         for attempt in (0, 1):
             conn = await self._connection(key, deadline)
             reused = conn.used
+            conn.arm(loop, deadline)
             try:
                 conn.writer.write(payload)
-                async with asyncio.timeout_at(deadline):
-                    head_bytes = await conn.reader.readuntil(b"\r\n\r\n")
-            except TimeoutError:
-                conn.close()
-                raise LegError("timeout", f"{method} {url} gave no answer within {seconds:.1f} s") from None
+                head_bytes = await conn.reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, ConnectionError) as e:
                 conn.close()
+                if conn.expired:
+                    raise LegError("timeout", f"{method} {url} gave no answer within {seconds:.1f} s") from None
                 # An idle connection the engine had closed: nothing reached it, so one retry on a fresh one is safe.
                 if reused and attempt == 0 and isinstance(e, asyncio.IncompleteReadError) and not e.partial:
                     continue
@@ -231,6 +260,9 @@ class EngineClient:
             except asyncio.LimitOverrunError as e:
                 conn.close()
                 raise LegError("aborted", f"{method} {url}: response headers too large") from e
+            except BaseException:  # cancelled (the client left): the connection is in an unknown state
+                conn.close()
+                raise
             status_line, _, raw_headers = head_bytes.partition(b"\r\n")
             try:
                 status = int(status_line.split(b" ", 2)[1])
@@ -242,7 +274,7 @@ class EngineClient:
                 name, sep, value = line.partition(b":")
                 if sep:
                     parsed[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-            return StreamReply(self, key, conn, status, parsed, deadline)
+            return StreamReply(self, key, conn, status, parsed)
         raise LegError("connect", f"{method} {url}: the engine closed every connection")  # pragma: no cover
 
     async def post_json(self, leg: Leg, deadline: float, parse: bool = True) -> JsonReply:

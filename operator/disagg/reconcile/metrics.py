@@ -55,7 +55,9 @@ CLIENT_REQUESTS = Counter(
 )
 CLIENT_WAIT = Histogram(
     "disagg_kube_rate_limit_wait_seconds",
-    "Time a request waited for the client-side rate limit and in-flight cap before it was sent.",
+    "Time a request waited for the client-side rate limit and in-flight cap before it was sent, by priority "
+    "(urgent: a pass of the change lane).",
+    ["priority"],
     registry=REGISTRY,
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )

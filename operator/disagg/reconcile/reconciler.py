@@ -35,13 +35,14 @@ from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
 from .events import Notice, event_object, notices_for
 from .kube import Kube, KubeError, NotLeader
 from .ownership import CREATE_ONLY_VERSION, Claim, claim, conflict_message, replicas_action, replicas_patch
+from .priority import urgent_requests
 from .refusals import Refusals
 from .rendered import CoreMemo
 from .serving import ServingChecker, ServingReport
 from .settled import Settled, SettledMemo, inputs
 from .status import StatusInputs, StatusReport, compute_status, failed_pass_status
 from .urgency import awaits_pass
-from .workqueue import LANES, Key, WorkQueue
+from .workqueue import CHANGE, LANES, Key, WorkQueue
 
 log = logging.getLogger("disagg.reconcile")
 
@@ -224,7 +225,8 @@ class Reconciler:
             metrics.QUEUE_DEPTH.set(len(self.queue))
             metrics.QUEUE_WAIT.labels(LANES[taken.lane]).observe(taken.waited)
             try:
-                await self.process(key)
+                with urgent_requests(taken.lane == CHANGE):
+                    await self.process(key)
             finally:
                 self.queue.done(key)
 

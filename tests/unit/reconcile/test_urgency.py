@@ -3,8 +3,10 @@ reconciler putting them there from its watch cache."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from disagg.reconcile.priority import URGENT
 from disagg.reconcile.urgency import awaits_pass
 from disagg.reconcile.workqueue import CHANGE, EVENT, LANES, REVISIT
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
@@ -65,3 +67,33 @@ async def test_the_reconciler_takes_a_changed_deployment_before_the_passes_queue
     reconciler.request_all()
     assert {reconciler.queue.lane_of(key) for key in keys.values()} == {REVISIT}
     assert CHANGE not in {reconciler.queue.lane_of(key) for key in keys.values()}
+
+
+async def test_a_change_lane_pass_makes_urgent_requests_and_the_others_do_not() -> None:
+    """D245: the worker marks the pass, so the client's limits let its requests through first."""
+    settled = harness(deployment_document(MINIMAL, name="settled"))
+    server, reconciler = settled.server, settled.reconciler
+    assert await reconciler.reconcile(settled.key) == "ok"
+    server.create(deployment_document(MINIMAL, name="new"), manager="kubectl-client-side-apply")
+    await reconciler.watching.caught_up()
+    marks: dict[str, bool] = {}
+    process = reconciler.process
+
+    async def marked(key: tuple[str, str]) -> float | None:
+        marks[key[1]] = URGENT.get()
+        return await process(key)
+
+    reconciler.process = marked  # type: ignore[method-assign]
+    reconciler.request(settled.key)
+    reconciler.request((NAMESPACE, "new"))
+    stop = asyncio.Event()
+    runner = asyncio.create_task(reconciler.run(workers=1, resync_seconds=3600, stop=stop))
+    try:
+        async with asyncio.timeout(10):
+            while len(marks) < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await runner
+    assert marks == {"new": True, "settled": False}
+    assert not URGENT.get()  # nothing leaks out of the pass
