@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from typing import Any
@@ -20,6 +21,8 @@ from .selection import Policy, RevisionPolicy
 from .server import Frontend
 
 log = logging.getLogger("disagg.frontend")
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between two collections of the young generation (CPython's default is 700, a few per request)."""
 
 
 def build_config(
@@ -178,6 +181,12 @@ def run(
                 loop.add_signal_handler(sig, stop.set)
         await serve(frontend, host, port, admin_port, source, stop)
 
+    # What exists now (modules, the app, the engines) lives as long as the process: frozen, the collector's older
+    # generations no longer walk it, and the young one is collected every 10,000 allocations instead of 700. The
+    # collector took 7% of the CPU on the pull flow; with both, 0.22 ms of CPU per request instead of 0.26 (D247).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     # uvloop's event loop and transports: 0.35-0.46 ms of CPU per request against 0.42-0.49 ms on asyncio's loop in an
     # interleaved A/B (docs/performance.md, D242).
     uvloop.run(main())

@@ -197,6 +197,10 @@ class EngineClient:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        # The loop `start` ran on. Python 3.11's get_running_loop makes a getpid system call on every call.
+        return self._loop or asyncio.get_running_loop()
+
     async def close(self) -> None:
         for conns in self._idle.values():
             for conn in conns:
@@ -218,7 +222,7 @@ class EngineClient:
             if not conn.reader.at_eof() and not conn.writer.is_closing():
                 return conn
             conn.close()
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         budget = max(min(self._connect_timeout, deadline - loop.time()), 0.001)
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(key[0], key[1], limit=_MAX_HEADER), budget)
@@ -231,7 +235,7 @@ class EngineClient:
     async def request(
         self, method: str, url: str, body: bytes | None, headers: dict[str, str], seconds: float
     ) -> StreamReply:
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         deadline = loop.time() + max(seconds, 0.001)
         host, port, path = _split(url)
         key = (host, port)
