@@ -22,6 +22,13 @@ from .kube import Response, Transport
 from .priority import URGENT
 
 
+def _waiting(queue: deque[asyncio.Future[None]]) -> bool:
+    """Whether a live waiter is queued; drops the cancelled ones at the head (amortised O(1))."""
+    while queue and queue[0].done():
+        queue.popleft()
+    return bool(queue)
+
+
 class _Waiters:
     """Futures waiting for a grant, urgent ones first, each class in arrival order."""
 
@@ -35,7 +42,7 @@ class _Waiters:
 
     def ahead_of(self, urgent: bool) -> bool:
         """Whether someone would be served before a newcomer of this class."""
-        return any(not w.done() for w in self._queues[0]) or (not urgent and any(not w.done() for w in self._queues[1]))
+        return _waiting(self._queues[0]) or (not urgent and _waiting(self._queues[1]))
 
     def grant_one(self) -> bool:
         for queue in self._queues:
