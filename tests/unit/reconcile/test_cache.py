@@ -68,3 +68,17 @@ def test_the_count_is_per_kind_or_over_every_kind() -> None:
     assert (cache.count("Pod"), cache.count("Service"), cache.count("Secret"), cache.count()) == (2, 1, 0, 3)
     assert cache.delete("Pod", "ns", "a")
     assert (cache.count("Pod"), cache.count()) == (1, 2)
+
+
+def test_an_object_relabelled_or_unlabelled_is_no_longer_owned_by_its_old_deployment() -> None:
+    cache = Cache()
+    assert cache.put("Pod", pod("p", "1"))
+    relabelled = pod("p", "2")
+    relabelled["metadata"]["labels"]["disagg.dev/deployment"] = "n"
+    assert cache.put("Pod", relabelled)
+    assert cache.owned("Pod", "ns", "m") == [] and cache.versions("Pod", "ns", "m") == ()
+    assert [obj["metadata"]["name"] for obj in cache.owned("Pod", "ns", "n")] == ["p"]
+    unlabelled = pod("p", "3")
+    del unlabelled["metadata"]["labels"]["disagg.dev/deployment"]
+    assert cache.put("Pod", unlabelled)
+    assert cache.owned("Pod", "ns", "n") == [] and cache.get("Pod", "ns", "p") is not None

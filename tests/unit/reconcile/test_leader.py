@@ -294,3 +294,44 @@ async def test_a_release_the_api_server_refuses_is_logged_and_the_replica_stops_
     [message] = [m for m in caplog.messages if "release" in m]
     assert message.startswith("could not release lease ops/disagg-operator: ")
     assert "etcdserver: request timed out" in message
+
+
+class Recorded(FakeApiServer):
+    """Also records the body of every request."""
+
+    def __init__(self) -> None:
+        super().__init__(namespaces=(NAMESPACE,))
+        self.bodies: list[tuple[str, Any]] = []
+
+    async def request(self, method: str, path: str, query: Any, body: Any, content_type: str) -> Response:
+        self.bodies.append((method, body))
+        return await super().request(method, path, query, body, content_type)
+
+
+async def test_the_first_replica_creates_a_complete_lease_naming_itself() -> None:
+    server, clock = Recorded(), Clocks()
+    a, _ = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    [created] = [body for method, body in server.bodies if method == "POST" and body["kind"] == "Lease"]
+    assert (created["apiVersion"], created["kind"]) == ("coordination.k8s.io/v1", "Lease")
+    assert created["metadata"] == {"name": "disagg-operator", "namespace": NAMESPACE}
+    assert (created["spec"]["holderIdentity"], created["spec"]["leaseTransitions"]) == ("a", 0)
+
+
+async def test_a_standby_waits_between_one_and_one_and_a_fifth_retry_periods_between_tries() -> None:
+    """client-go's JitterUntil: the retry period plus up to 20% (`JITTER`), never less and never more."""
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, b = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    waits: list[float] = []
+    stop = asyncio.Event()
+
+    async def sleep(_stop: asyncio.Event, seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 50:
+            stop.set()
+
+    b._sleep = sleep  # type: ignore[method-assign]
+    assert not await b.acquire(stop)
+    assert len(waits) == 50 and all(1.5 <= wait <= 1.5 * 1.2 for wait in waits), waits
+    assert max(waits) - min(waits) > 0.01  # jittered, not one fixed wait

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from disagg.names import SERVING_GATE
+from disagg.names import KIND, SERVING_GATE
 from disagg.reconcile.kube import NotLeader
 from disagg.reconcile.metrics import REGISTRY
 from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
@@ -48,6 +48,38 @@ def old_revision_pods(h: Any) -> None:
         create_pod(h.server, "m", name, role, gated=True, revision="old")
     create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
     h.settle()
+
+
+def old_replica_set(h: Any, role: str) -> None:
+    """What the Deployment controller kept of the pool's previous template, pairing revision "old" (image
+    vllm:old): its ReplicaSet, with its own hash label."""
+    deployment = h.server.get("Deployment", NAMESPACE, f"m-{role}")
+    template = deployment["spec"]["template"]
+    template["metadata"]["labels"].update({"disagg.dev/pairing-revision": "old", "pod-template-hash": "h1"})
+    template["spec"]["containers"][0]["image"] = "vllm:old"
+    h.server.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"m-{role}-h1",
+                "namespace": NAMESPACE,
+                # The Deployment controller labels a ReplicaSet with its template's labels (managed-by too).
+                "labels": dict(template["metadata"]["labels"]),
+                "annotations": {"deployment.kubernetes.io/revision": "1"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": f"m-{role}",
+                        "uid": deployment["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {"template": template},
+        }
+    )
 
 
 def reasons(h: Any) -> list[str]:
@@ -257,6 +289,19 @@ async def test_a_restarted_prefill_whose_pairs_keep_failing_is_recreated_while_a
     assert "RecreatedEngine" in reasons(h)
 
 
+async def test_a_pass_between_rounds_comes_back_when_the_next_round_is_due_not_a_whole_interval_later() -> None:
+    h, frontend, clock = await _serving()  # a round just ran; the check's interval is 10 s
+    rounds, ran_at = len(frontend.probed), clock.now
+    due = h.reconciler.queue.due_in(h.key)
+    assert due is not None and 9 < due <= 10
+    for elapsed in (4, 7):  # passes between rounds (a pod changed, say) count down to the next round
+        clock.now = ran_at + elapsed
+        await h.reconcile()
+        assert len(frontend.probed) == rounds  # no round ran
+        due = h.reconciler.queue.due_in(h.key)
+        assert due is not None and due <= 10 - elapsed + 0.01, (elapsed, due)
+
+
 async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     h, frontend, clock = await _serving()
     assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == 1
@@ -293,6 +338,25 @@ async def test_vllm_router_gets_the_endpoint_check_without_gates() -> None:
     await h.reconcile()
     assert (h.condition("Serving")["status"], h.condition("Serving")["reason"]) == ("False", "EndpointFailing")
     assert h.status["phase"] == "Degraded" and h.condition("Degraded")["reason"] == "ServingFailed"
+
+
+async def test_a_deleted_deployment_checked_by_its_endpoint_leaves_no_serving_gauge_behind() -> None:
+    """The endpoint check sets disagg_serving but never the per-pair gauges: forgetting the deployment removes what
+    was set and does not trip over what never was."""
+    document = MINIMAL.replace(
+        "decode: {replicas: 1}", "decode: {replicas: 1}\n  frontend: {router: {implementation: vllm-router}}"
+    )
+    h, _, _ = checked_harness(deployment_document(document, name="endpoint-only"))
+    await h.reconcile()
+    create_pod(h.server, "endpoint-only", "endpoint-only-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    await h.reconcile()
+    labels = {"namespace": NAMESPACE, "name": "endpoint-only"}
+    assert REGISTRY.get_sample_value("disagg_serving", labels) == 1
+    assert REGISTRY.get_sample_value("disagg_serving_pairs", {**labels, "state": "passing"}) is None
+    h.server.remove(KIND, NAMESPACE, "endpoint-only")
+    assert await h.reconcile() == "gone"
+    assert REGISTRY.get_sample_value("disagg_serving", labels) is None
 
 
 async def test_without_a_router_only_the_api_pods_of_a_multi_node_decode_pool_are_asked() -> None:
@@ -467,34 +531,7 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
     for role in ("prefill", "decode"):
-        # What the Deployment controller kept of the previous template: its ReplicaSet, with its own hash label.
-        deployment = h.server.get("Deployment", NAMESPACE, f"m-{role}")
-        template = deployment["spec"]["template"]
-        template["metadata"]["labels"].update({"disagg.dev/pairing-revision": "old", "pod-template-hash": "h1"})
-        template["spec"]["containers"][0]["image"] = "vllm:old"
-        h.server.create(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": f"m-{role}-h1",
-                    "namespace": NAMESPACE,
-                    # The Deployment controller labels a ReplicaSet with its template's labels (managed-by too).
-                    "labels": dict(template["metadata"]["labels"]),
-                    "annotations": {"deployment.kubernetes.io/revision": "1"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "Deployment",
-                            "name": f"m-{role}",
-                            "uid": deployment["metadata"]["uid"],
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": {"template": template},
-            }
-        )
+        old_replica_set(h, role)
     old_revision_pods(h)
     await h.reconcile()
     kubelet(h.server)
@@ -532,6 +569,32 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     await h.reconcile()
     decode = h.server.get("Deployment", NAMESPACE, "m-decode")
     assert decode["spec"]["template"]["spec"]["containers"][0]["image"] != "vllm:old"
+
+
+async def test_a_rollback_holds_every_pool_it_has_a_template_for_even_after_one_it_has_none_for() -> None:
+    """The decode pool's previous template is gone (no ReplicaSet kept it): the rollback says so and still holds the
+    prefill pool, rendered after it, on its previous template."""
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m, onStuck: Rollback}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    old_replica_set(h, "prefill")
+    old_revision_pods(h)
+    await h.reconcile()
+    kubelet(h.server)
+    frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
+    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
+        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
+    for _ in range(8):
+        clock.now += 10
+        await h.reconcile()
+    assert h.status["rollout"]["state"] == "RolledBack"
+    image = {
+        role: h.server.get("Deployment", NAMESPACE, f"m-{role}")["spec"]["template"]["spec"]["containers"][0]["image"]
+        for role in ("prefill", "decode")
+    }
+    assert image["prefill"] == "vllm:old" and image["decode"] != "vllm:old", image
+    messages = [c["message"] for c in h.status["conditions"] if c["type"] == "Degraded"]
+    assert "rolling back m-decode: no ReplicaSet runs pairing revision old any more" in messages[0], messages
 
 
 async def test_without_rollback_a_stuck_rollout_keeps_the_spec_templates() -> None:

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from disagg.names import DISAGG_DEPLOYMENT, KIND, LABEL_DEPLOYMENT
+from disagg.names import DEPLOYMENT, DISAGG_DEPLOYMENT, KIND, LABEL_DEPLOYMENT
 from disagg.reconcile import informer, metrics
 from disagg.reconcile.cache import Cache
 from disagg.reconcile.kube import Kube
 from disagg.reconcile.operator import RunOptions, informers, lead
 from disagg.reconcile.reconciler import Reconciler
-from disagg.reconcile.refusals import Refusals
+from disagg.reconcile.refusals import Refusal, Refusals
 from tests.support.fake_kube import FakeApiServer
-from tests.support.reconciling import MINIMAL, NAMESPACE, NOW, deployment_document
+from tests.support.reconciling import MINIMAL, NAMESPACE, NOW, deployment_document, harness
 
 PEGAFLOW = """
 apiVersion: disagg.dev/v1alpha1
@@ -185,3 +185,16 @@ async def test_a_refused_watch_is_reported_and_lists_keep_the_cache_current(capl
         await until("the watch is permitted again", lambda: refused_gauge() == 0)
     finally:
         await operator.close()
+
+
+async def test_a_refusal_on_a_deployment_already_degraded_for_another_reason_gets_its_own_warning() -> None:
+    """Degraded stays True, so no transition names the refusal: it is announced by an event of its own."""
+    h = harness(deployment_document(MINIMAL))
+    h.server.fail(422, "Deployment.apps is invalid", method="PATCH", kind="Deployment", reason="Invalid", times=None)
+    assert await h.reconcile() == "retry"
+    assert h.condition("Degraded")["status"] == "True" and h.condition("Degraded")["reason"] != "AccessDenied"
+    h.reconciler.refusals.record(Refusal(DEPLOYMENT, None, "list", "deployments.apps is forbidden"))
+    assert await h.reconcile() == "refused"
+    assert h.condition("Degraded")["reason"] == "AccessDenied"
+    [event] = h.events("AccessDenied")
+    assert event["type"] == "Warning" and "may not list deployments.apps in all namespaces" in event["message"]

@@ -1,6 +1,7 @@
 """More of what a DisaggDeployment's status says (mutation testing found these unasserted): the settled Progressing
-condition, every degraded cause in the message, a pool whose workload is gone, and per-node daemons counted by the
-nodes they are scheduled on."""
+condition, every degraded cause in the message, a pool whose workload is gone, per-node daemons counted by the nodes
+they are scheduled on and reported under kvNode, a pool's pod problems in the message, the Progressing reason without
+them, and the Serving condition carried over from a pass that ran a round."""
 
 from __future__ import annotations
 
@@ -123,3 +124,46 @@ def test_serving_replicas_are_kept_from_the_last_round_when_no_round_ran() -> No
     assert (counted["prefill"]["servingReplicas"], counted["decode"]["servingReplicas"]) == (1, 0)
     off = compute_status(observe(live(), previous, serving_mode="Off")).status
     assert "servingReplicas" not in off["prefill"] and "servingReplicas" not in off["decode"]
+
+
+def test_the_per_node_daemons_report_their_counts_under_kv_node() -> None:
+    plan = build_plan(example_deployment(next(Path("examples").glob("17-*.yaml"))), "ns")
+    children: dict[Any, Any] = {
+        ("Deployment", w.name): workload(w.name, w.replicas, w.replicas)
+        for w in plan.workloads
+        if w.kind != "DaemonSet"
+    }
+    children[("DaemonSet", "qwen3-pegaflow-kv-node")] = daemons(3, 2)
+    status = compute_status(StatusInputs(generation=1, previous={}, now="t", plan=plan, live=children)).status
+    assert status["kvNode"] == {"replicas": 3, "readyReplicas": 2, "ready": False}
+
+
+def unschedulable(name: str) -> dict[str, Any]:
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no GPU"}
+    return {"metadata": {"name": name, "labels": {"disagg.dev/role": "decode"}}, "status": {"conditions": [scheduled]}}
+
+
+def test_a_pool_not_ready_names_its_first_pod_problem_and_counts_the_others() -> None:
+    one = condition(compute_status(observe(live(decode=0), pods=[unschedulable("m-decode-a")])).status, "Progressing")
+    assert "decode: 0/1 ready (pod m-decode-a unschedulable: no GPU)" in one["message"], one
+    assert "more)" not in one["message"]
+    pods = [unschedulable("m-decode-a"), unschedulable("m-decode-b"), unschedulable("m-decode-c")]
+    three = condition(compute_status(observe(live(decode=0), pods=pods)).status, "Progressing")
+    assert "decode: 0/1 ready (pod m-decode-a unschedulable: no GPU; and 2 more)" in three["message"], three
+
+
+def test_a_pool_rolling_out_without_pod_problems_is_reconciling() -> None:
+    rolling = live(**{"m-decode": workload("m-decode", 1, 1, updated=0, generation=2, observed=2)})
+    progressing = condition(compute_status(observe(rolling)).status, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", "Reconciling")
+    assert progressing["message"] == "decode: 1/1 ready, 0 updated"
+
+
+def test_without_a_round_this_pass_the_serving_condition_is_carried_over() -> None:
+    serving = {"type": "Serving", "status": "True", "reason": "PairsServe", "message": "1 of 1 pairs serve"}
+    carried = condition(
+        compute_status(observe(live(), {"conditions": [serving]}, serving_mode="Enforce")).status, "Serving"
+    )
+    assert (carried["status"], carried["reason"], carried["message"]) == ("True", "PairsServe", "1 of 1 pairs serve")
+    first = condition(compute_status(observe(live(), serving_mode="Enforce")).status, "Serving")
+    assert (first["status"], first["reason"]) == ("Unknown", "NotChecked")

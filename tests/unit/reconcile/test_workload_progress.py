@@ -61,3 +61,9 @@ def test_a_leader_worker_set_is_judged_by_its_counts_not_an_observed_generation(
     lws["kind"] = "Deployment"
     progress = workload_progress(lws)
     assert progress is not None and not progress.current_generation
+
+
+def test_a_deployment_without_a_replica_count_wants_one_as_kubernetes_defaults_it() -> None:
+    deployment = {"kind": "Deployment", "metadata": {"generation": 1}, "spec": {}, "status": {"readyReplicas": 1}}
+    progress = workload_progress(deployment)
+    assert progress is not None and progress.desired == 1 and progress.ready == 1
