@@ -335,28 +335,38 @@ def operator_requests(process: OperatorProcess) -> float:
     )
 
 
-def queue_wait(process: OperatorProcess, lane: str) -> dict[str, float]:
-    """The leader's work queue wait histogram for one lane (D210): count, sum, and cumulative count by bucket."""
+def histogram(process: OperatorProcess, name: str, label: str, value: str) -> dict[str, float]:
+    """One labelled child of a histogram the replica exports: count, sum, and cumulative count by bucket."""
     text = process.metrics()
     figures = {
-        "count": metric_value(text, "disagg_reconcile_queue_wait_seconds_count", lane=lane),
-        "sum": metric_value(text, "disagg_reconcile_queue_wait_seconds_sum", lane=lane),
+        "count": metric_value(text, f"{name}_count", **{label: value}),
+        "sum": metric_value(text, f"{name}_sum", **{label: value}),
     }
     for line in text.splitlines():
-        if line.startswith("disagg_reconcile_queue_wait_seconds_bucket{") and f'lane="{lane}"' in line:
+        if line.startswith(f"{name}_bucket{{") and f'{label}="{value}"' in line:
             bound = line.split('le="', 1)[1].split('"', 1)[0]
             figures[bound] = float(line.rpartition(" ")[2])
     return figures
 
 
-def queue_waits(processes: dict[str, OperatorProcess], lane: str) -> dict[str, float]:
-    """`queue_wait` summed over the running replicas: whichever led took the passes."""
+def histograms(processes: dict[str, OperatorProcess], name: str, label: str, value: str) -> dict[str, float]:
+    """`histogram` summed over the running replicas: whichever led took the passes."""
     total: dict[str, float] = {}
     for process in processes.values():
         if process.process is not None and process.process.poll() is None:
-            for bound, value in queue_wait(process, lane).items():
-                total[bound] = total.get(bound, 0.0) + value
+            for bound, figure in histogram(process, name, label, value).items():
+                total[bound] = total.get(bound, 0.0) + figure
     return total
+
+
+def queue_waits(processes: dict[str, OperatorProcess], lane: str) -> dict[str, float]:
+    """The work queue wait of one lane (D210), over the running replicas."""
+    return histograms(processes, "disagg_reconcile_queue_wait_seconds", "lane", lane)
+
+
+def rate_limit_waits(processes: dict[str, OperatorProcess], priority: str) -> dict[str, float]:
+    """The client-side limits' wait of one priority (D245), over the running replicas."""
+    return histograms(processes, "disagg_kube_rate_limit_wait_seconds", "priority", priority)
 
 
 def leader_queue_depth(processes: dict[str, OperatorProcess]) -> float:
@@ -421,6 +431,7 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
                 *common,
                 f"--leader-election-identity={identity}",
                 "--resync-seconds=60",
+                *args.operator_arg,
             )
             for identity in ("op-a", "op-b")
         }
@@ -445,11 +456,16 @@ async def run(args: argparse.Namespace, kubeconfig: Path, tools: Path, workdir: 
         await asyncio.sleep(10)
         passes_single, seconds_single = operator_passes(active), pass_seconds(active)
         waits = {lane: queue_waits(processes, lane) for lane in ("change", "event", "revisit")}
+        limited = {priority: rate_limit_waits(processes, priority) for priority in ("urgent", "normal")}
         lower, ours = await bench.single_applies(lambda: leader_queue_depth(processes))
         results["single_queue_depth"] = bench.results["single_queue_depth"]
         results["single_queue_wait"] = {
             lane: wait_summary(before, queue_waits(processes, lane)) for lane, before in waits.items()
         }
+        results["single_rate_limit_wait"] = {
+            level: wait_summary(before, rate_limit_waits(processes, level)) for level, before in limited.items()
+        }
+        say(f"client-side limit waits in the single applies, by priority: {results['single_rate_limit_wait']}")
         results["leases_lost_single"] = leases_lost(processes) - results["leases_lost_burst"]
         say(f"queue depth as each operator sample was created: {results['single_queue_depth']}")
         say(f"queue waits in the single applies, by lane: {results['single_queue_wait']}")
@@ -589,6 +605,13 @@ def main() -> None:
     parser.add_argument("--skip-serial-burst", action="store_true")
     parser.add_argument("--skip-lws", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the operator's namespaces behind")
+    parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra `disagg run` argument for both replicas, e.g. --operator-arg=--kube-api-qps=200 (repeatable)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     args = parser.parse_args()
     bins = BinDir.default()

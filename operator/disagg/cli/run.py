@@ -69,14 +69,14 @@ from ._inputs import FRONTEND_IMAGE_OPTION
 @click.option(
     "--kube-api-qps",
     type=click.FloatRange(1, 100000),
-    default=100,
+    default=500,
     show_default=True,
     help="Client-side limit: requests per second to the API server, on average.",
 )
 @click.option(
     "--kube-api-burst",
     type=click.IntRange(1, 100000),
-    default=200,
+    default=500,
     show_default=True,
     help="Client-side limit: requests allowed at once above --kube-api-qps after a quiet spell.",
 )

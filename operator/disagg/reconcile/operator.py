@@ -55,8 +55,8 @@ OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 class Limits:
     """Client-side protection of the API server (D125)."""
 
-    qps: float = 100.0
-    burst: int = 200
+    qps: float = 500.0
+    burst: int = 500
     in_flight: int = 32
 
 
