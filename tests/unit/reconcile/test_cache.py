@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from disagg.reconcile.cache import Cache
+from disagg.reconcile.children import FIELD_MANAGER, REPLICAS_MANAGER
+from disagg.reconcile.ownership import manages_replicas
 
 
 def pod(name: str, version: str) -> dict[str, Any]:
@@ -82,3 +84,19 @@ def test_an_object_relabelled_or_unlabelled_is_no_longer_owned_by_its_old_deploy
     del unlabelled["metadata"]["labels"]["disagg.dev/deployment"]
     assert cache.put("Pod", unlabelled)
     assert cache.owned("Pod", "ns", "n") == [] and cache.get("Pod", "ns", "p") is not None
+
+
+def test_a_cached_object_still_says_which_manager_holds_its_replica_count() -> None:
+    """The cache keeps of managedFields only who manages the object and whether each holds spec.replicas: the
+    replicas hand-over asks no more, and only the answer to that must survive the trimming."""
+    deployment = {**pod("d", "1"), "kind": "Deployment"}
+    deployment["metadata"]["managedFields"] = [
+        {"manager": REPLICAS_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {}}}}},
+    ]
+    cache = Cache()
+    assert cache.put("Deployment", deployment)
+    cached = cache.get("Deployment", "ns", "d")
+    assert cached is not None
+    assert manages_replicas(cached, REPLICAS_MANAGER) and not manages_replicas(cached, FIELD_MANAGER)
+    assert [entry["manager"] for entry in cached["metadata"]["managedFields"]] == [REPLICAS_MANAGER, FIELD_MANAGER]

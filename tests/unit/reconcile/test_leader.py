@@ -280,6 +280,16 @@ async def test_losing_the_race_to_create_the_lease_is_quiet_other_failures_are_l
     assert message.startswith("creating lease ops/disagg-operator: 500") and "etcdserver: request timed out" in message
 
 
+async def test_a_release_is_logged_with_the_lease_it_gave_up(caplog: pytest.LogCaptureFixture) -> None:
+    server, clock = FakeApiServer(namespaces=(NAMESPACE,)), Clocks()
+    a, _ = electors(server, clock)
+    assert await a.acquire(asyncio.Event())
+    with caplog.at_level(logging.INFO, logger="disagg.leader"):
+        await a.release()
+    assert lease(server)["holderIdentity"] == ""
+    assert "released lease ops/disagg-operator" in caplog.messages, caplog.messages
+
+
 async def test_a_release_the_api_server_refuses_is_logged_and_the_replica_stops_writing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -42,9 +42,13 @@ async def one_pass(h: Harness) -> float | None:
 async def test_a_permanent_error_is_reported_at_once_and_retried_with_growing_backoff() -> None:
     h = harness(deployment_document(MINIMAL))
     h.server.fail(422, 'Service "m-router" is invalid: spec.ports', kind="Service", name="m-router", times=None)
+    timed = REGISTRY.get_sample_value("disagg_reconcile_duration_seconds_count", {"result": "degraded"}) or 0.0
     delays = [await one_pass(h) for _ in DOUBLING_TO_THE_CAP]
     assert delays == DOUBLING_TO_THE_CAP
     assert h.reconciler.queue.failures(h.key) == len(DOUBLING_TO_THE_CAP)
+    # Each pass finished and said the error in status: timed as degraded, apart from the passes that crash.
+    degraded = REGISTRY.get_sample_value("disagg_reconcile_duration_seconds_count", {"result": "degraded"})
+    assert degraded == timed + len(DOUBLING_TO_THE_CAP)
     assert h.condition("Degraded")["reason"] == "ApplyFailed"
     # One warning for the whole episode: the status said it once and did not change after.
     assert [e["reason"] for e in h.events() if e["type"] == "Warning"] == ["ApplyFailed"]
@@ -217,3 +221,34 @@ async def test_a_pass_that_keeps_failing_before_its_status_step_is_reported_afte
     await one_pass(h)
     degraded = h.condition("Degraded")
     assert degraded["reason"] == "ReconcileFailed" and "etcdserver: request timed out" in degraded["message"]
+
+
+async def test_a_failure_the_status_cannot_report_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When even the status write fails, the log says that the failure went unreported, and why."""
+    h = harness(deployment_document(MINIMAL))
+
+    async def broken(*_: Any) -> None:
+        raise KeyError("metadata")
+
+    monkeypatch.setattr(h.reconciler, "_observe", broken)
+    h.server.fail(500, "etcdserver: request timed out", method="PATCH", kind="DisaggDeployment", times=None)
+    with caplog.at_level(logging.WARNING, logger="disagg.reconcile"):
+        assert await one_pass(h) == 1.0
+    assert "status" not in h.owner()
+    [message] = [m for m in caplog.messages if "could not report" in m]
+    assert message.startswith("could not report the failure of ns/m in status: ")
+    assert "etcdserver: request timed out" in message
+
+
+async def test_standing_down_drops_the_backoff_and_keeps_the_queues_delays() -> None:
+    """A replica that stops leading drops its queue (the next leader starts each key afresh) but not how it backs
+    off: on its return a failing key again doubles from the base delay up to the same cap."""
+    h = harness(deployment_document(MINIMAL))
+    h.reconciler.queue = WorkQueue(base_delay=0.5, max_delay=2.0)
+    h.server.fail(422, "invalid", kind="Service", name="m-router", times=None)
+    assert [await one_pass(h) for _ in range(4)] == [0.5, 1.0, 2.0, 2.0]
+    h.reconciler.stand_down()
+    assert h.reconciler.queue.failures(h.key) == 0 and h.reconciler.queue.due_in(h.key) is None
+    assert [await one_pass(h) for _ in range(4)] == [0.5, 1.0, 2.0, 2.0]

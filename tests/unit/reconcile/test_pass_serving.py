@@ -302,6 +302,18 @@ async def test_a_pass_between_rounds_comes_back_when_the_next_round_is_due_not_a
         assert due is not None and due <= 10 - elapsed + 0.01, (elapsed, due)
 
 
+def check_rounds_timed(method: str) -> float:
+    return REGISTRY.get_sample_value("disagg_serving_check_duration_seconds_count", {"method": method}) or 0.0
+
+
+async def test_a_round_is_timed_under_its_check_method() -> None:
+    h, _, clock = await _serving()
+    pairs, endpoint = check_rounds_timed("pairs"), check_rounds_timed("endpoint")
+    clock.now += 10
+    await h.reconcile()
+    assert (check_rounds_timed("pairs"), check_rounds_timed("endpoint")) == (pairs + 1, endpoint)
+
+
 async def test_an_unreachable_admin_api_is_unknown_and_not_ready() -> None:
     h, frontend, clock = await _serving()
     assert REGISTRY.get_sample_value("disagg_serving", {"namespace": NAMESPACE, "name": "m"}) == 1

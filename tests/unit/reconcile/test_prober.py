@@ -92,6 +92,7 @@ async def test_an_unknown_engine_is_refused_by_the_frontend_with_its_message(
 async def test_one_completion_through_an_endpoint(frontend: Stack, prober: HttpProber) -> None:
     outcome = await prober.complete("127.0.0.1", port_of(frontend), "m", 5.0)
     assert outcome.ok and outcome.error == "" and outcome.latency > 0
+    assert (outcome.prefill, outcome.decode, outcome.revision) == ("", "", "")  # an endpoint check names no pair
     assert [e.served for e in (*frontend.prefills, *frontend.decodes)] == [1, 1]  # served as any request is
 
 

@@ -30,6 +30,15 @@ def test_the_degraded_message_lists_every_cause() -> None:
     )
 
 
+def test_the_degraded_reason_is_the_first_cause_found_not_the_first_in_the_alphabet() -> None:
+    """A name conflict is found before a missing API (the order of the message): it gives the reason."""
+    causes = {"conflicts": ["Service m-router already exists"], "missing_apis": ["LeaderWorkerSet is not installed"]}
+    report = compute_status(observe(live(), **causes))
+    degraded = condition(report.status, "Degraded")
+    assert degraded["reason"] == "NameConflict"
+    assert degraded["message"] == "Service m-router already exists; LeaderWorkerSet is not installed"
+
+
 def test_a_pool_whose_workload_is_gone_reports_nothing_ready() -> None:
     children = live()
     del children[("Deployment", "m-prefill")]
@@ -161,9 +170,9 @@ def test_a_pool_rolling_out_without_pod_problems_is_reconciling() -> None:
 
 def test_without_a_round_this_pass_the_serving_condition_is_carried_over() -> None:
     serving = {"type": "Serving", "status": "True", "reason": "PairsServe", "message": "1 of 1 pairs serve"}
-    carried = condition(
-        compute_status(observe(live(), {"conditions": [serving]}, serving_mode="Enforce")).status, "Serving"
-    )
+    status = compute_status(observe(live(), {"conditions": [serving]}, serving_mode="Enforce")).status
+    carried = condition(status, "Serving")
     assert (carried["status"], carried["reason"], carried["message"]) == ("True", "PairsServe", "1 of 1 pairs serve")
+    assert [c["type"] for c in status["conditions"]] == ["Ready", "Serving", "Progressing", "Degraded", "SpecValid"]
     first = condition(compute_status(observe(live(), serving_mode="Enforce")).status, "Serving")
     assert (first["status"], first["reason"]) == ("Unknown", "NotChecked")
