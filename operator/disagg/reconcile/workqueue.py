@@ -15,9 +15,6 @@ Keys wait in one of three lanes, and a worker takes from the first lane that is 
   recovery).
 With 1000 DisaggDeployments a resync queues 1000 passes at once, and the workload controllers' reports on their
 children queue about as many; a user's change arriving behind them waited for all of them (64 s at 1000, D210).
-While a change-lane pass runs, at most `others_while_changing` passes of the other lanes run beside it (D248): the
-passes share one event loop, and in a burst's aftermath fifteen status-only passes beside it made a user's change
-take 1-2 s instead of 0.1.
 Urgency is the key's state, not the request's: it is asked again whenever the key is added, so a key redone after
 its pass (asked for during it) is urgent only if its pass did not observe the generation.
 """
@@ -58,13 +55,8 @@ class WorkQueue:
         max_delay: float = 300.0,
         urgent: Callable[[Key], bool] = _never,
         clock: Callable[[], float] = time.monotonic,
-        others_while_changing: int = 2,
     ) -> None:
         """`urgent`: whether a key goes to the change lane (asked each time the key is added)."""
-        self.others_while_changing = others_while_changing
-        self._running = [0 for _ in LANES]
-        """Passes running now, by the lane they were taken from."""
-        self._taken_from: dict[Key, int] = {}
         self._lanes: tuple[deque[Key], ...] = tuple(deque() for _ in LANES)
         """Keys waiting, by lane."""
         self._queued: dict[Key, int] = {}
@@ -165,23 +157,13 @@ class WorkQueue:
         """The next key, from the first lane that has one; the key is active until `done`."""
         while True:
             for index, lane in enumerate(self._lanes):
-                if not lane:
-                    continue
-                if index != CHANGE and self._held_back():
-                    break
-                key = lane.popleft()
-                del self._queued[key]
-                self._active.add(key)
-                self._running[index] += 1
-                self._taken_from[key] = index
-                return Taken(key, index, self._clock() - self._since.pop(key))
+                if lane:
+                    key = lane.popleft()
+                    del self._queued[key]
+                    self._active.add(key)
+                    return Taken(key, index, self._clock() - self._since.pop(key))
             self._wakeup.clear()
             await self._wakeup.wait()
-
-    def _held_back(self) -> bool:
-        """Whether passes of the other lanes wait for the change lane's to end (D248)."""
-        others = self._running[EVENT] + self._running[REVISIT]
-        return self._running[CHANGE] > 0 and others >= self.others_while_changing
 
     def restamp(self) -> None:
         """Count the waits of the keys waiting now from now: a standby's queue fills with what its watches report
@@ -196,10 +178,6 @@ class WorkQueue:
 
     def done(self, key: Key) -> None:
         self._active.discard(key)
-        lane = self._taken_from.pop(key, None)
-        if lane is not None:
-            self._running[lane] -= 1
-            self._wakeup.set()  # a pass held back for this one may start
         asked = self._again.pop(key, None)
         if asked is not None:
             self.add(key, revisit=asked == REVISIT)

@@ -122,10 +122,7 @@ async def test_an_urgent_key_goes_ahead_of_events_and_revisits_queued_before_it(
     queue.add(("ns", "e1"))
     queue.add(("ns", "e2"))
     queue.add(("ns", "changed"), revisit=True)  # urgent however it is asked for
-    taken = []
-    for _ in range(4):
-        taken.append(await asyncio.wait_for(queue.take(), 1))
-        queue.done(taken[-1].key)
+    taken = [await queue.take() for _ in range(4)]
     assert [(t.key[1], LANES[t.lane]) for t in taken] == [
         ("changed", "change"),
         ("e1", "event"),
@@ -192,30 +189,3 @@ async def test_the_wait_of_keys_queued_before_the_workers_started_counts_from_th
     queue.add(("ns", "b"))
     now[0] = 52.0
     assert [(t.key[1], t.waited) for t in [await queue.take(), await queue.take()]] == [("a", 2.0), ("b", 2.0)]
-
-
-async def test_while_a_change_lane_pass_runs_only_a_few_others_start_beside_it() -> None:
-    """D248: the passes share one event loop; a user's change must not run beside every status-only pass."""
-    queue = WorkQueue(urgent=lambda key: key[1] == "changed", others_while_changing=1)
-    for name in ("a", "b", "c"):
-        queue.add(("ns", name))
-    queue.add(("ns", "changed"))
-    change = await queue.take()
-    assert change.key == ("ns", "changed")
-    beside = await queue.take()
-    assert beside.key == ("ns", "a")
-    held = asyncio.ensure_future(queue.take())
-    await asyncio.sleep(0.05)
-    assert not held.done(), "a second pass of the event lane started beside the change"
-    queue.done(change.key)
-    assert (await asyncio.wait_for(held, 1)).key == ("ns", "b")
-    third = await asyncio.wait_for(queue.take(), 1)  # no change runs now: nothing is held back
-    assert third.key == ("ns", "c")
-
-
-async def test_without_a_change_lane_pass_running_every_worker_takes_work() -> None:
-    queue = WorkQueue(others_while_changing=0)
-    for name in ("a", "b", "c"):
-        queue.add(("ns", name))
-    taken = [await asyncio.wait_for(queue.take(), 1) for _ in range(3)]
-    assert [t.key[1] for t in taken] == ["a", "b", "c"]
