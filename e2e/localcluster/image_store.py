@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +31,16 @@ from .config import cache_root
 
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
+
+
+UNUSED_PLUGINS = (
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.tracing.processor.v1.otlp",
+)
+"""Plugins neither containerd of the node's store uses: the other snapshotters probe the file system and log noise."""
 
 
 class StoreError(RuntimeError):
@@ -83,9 +94,7 @@ def private_config(root: Path, state: Path, socket: Path) -> str:
 version = 2
 root = "{root}"
 state = "{state}"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
+disabled_plugins = {json.dumps(["io.containerd.grpc.v1.cri", *UNUSED_PLUGINS])}
 
 [grpc]
   address = "{socket}"

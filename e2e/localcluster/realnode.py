@@ -29,7 +29,7 @@ import yaml
 from . import kubeapi, network, sandbox_image
 from .components import LOOPBACK, Addresses, Component, Layout, Ports, fetch_ok
 from .config import BinDir, read_versions
-from .image_store import acquire_store_lock, image_store, release_store_lock
+from .image_store import UNUSED_PLUGINS, acquire_store_lock, image_store, release_store_lock
 from .kubeapi import Api
 from .pki import REAL_NODE_NAME
 
@@ -107,10 +107,8 @@ def _containerd_config(paths: NodePaths, bins: BinDir) -> str:
 version = 2
 root = "{image_store()}"
 state = "{paths.containerd_state}"
-# Only what the kubelet's CRI needs; the other snapshotters probe the file system and log noise.
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp"]
+# Only what the kubelet's CRI needs.
+disabled_plugins = {json.dumps(list(UNUSED_PLUGINS))}
 
 [grpc]
   address = "{paths.socket}"

@@ -11,8 +11,17 @@ import pytest
 from disagg.names import KIND, SERVING_GATE
 from disagg.reconcile.kube import NotLeader
 from disagg.reconcile.metrics import REGISTRY
-from tests.support.reconciling import MINIMAL, NAMESPACE, deployment_document, harness
-from tests.support.serving import checked_harness, controlled, create_pod, kubelet, make_pod, restart
+from tests.support.reconciling import MINIMAL, NAMESPACE, Harness, deployment_document, harness
+from tests.support.serving import (
+    Clock,
+    FakeFrontend,
+    checked_harness,
+    controlled,
+    create_pod,
+    kubelet,
+    make_pod,
+    restart,
+)
 
 FRONTEND = """
 apiVersion: disagg.dev/v1alpha1
@@ -538,11 +547,13 @@ async def test_a_rollout_whose_new_pods_never_serve_is_stuck_and_the_old_revisio
     assert gate(h, "m-decode-new") == {} and gate(h, "m-prefill-new") == {}
 
 
-async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the_spec_says_so() -> None:
+async def stuck_rollout(*kept_templates: str) -> tuple[Harness, FakeFrontend, Clock]:
+    """A rollout whose new pairing revision never serves (onStuck: Rollback), with previous templates kept by a
+    ReplicaSet for the pools named, driven past its progress deadline."""
     document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m, onStuck: Rollback}")
     h, frontend, clock = checked_harness(deployment_document(document))
     await h.reconcile()
-    for role in ("prefill", "decode"):
+    for role in kept_templates:
         old_replica_set(h, role)
     old_revision_pods(h)
     await h.reconcile()
@@ -553,6 +564,11 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
     for _ in range(8):
         clock.now += 10
         await h.reconcile()
+    return h, frontend, clock
+
+
+async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the_spec_says_so() -> None:
+    h, _, clock = await stuck_rollout("prefill", "decode")
     rollout = h.status["rollout"]
     assert (rollout["state"], rollout["rolledBackTo"], rollout["rolledBackGeneration"]) == ("RolledBack", "old", 1)
     decode = h.server.get("Deployment", NAMESPACE, "m-decode")
@@ -586,19 +602,7 @@ async def test_a_stuck_rollout_rolls_back_to_the_serving_templates_only_when_the
 async def test_a_rollback_holds_every_pool_it_has_a_template_for_even_after_one_it_has_none_for() -> None:
     """The decode pool's previous template is gone (no ReplicaSet kept it): the rollback says so and still holds the
     prefill pool, rendered after it, on its previous template."""
-    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m, onStuck: Rollback}")
-    h, frontend, clock = checked_harness(deployment_document(document))
-    await h.reconcile()
-    old_replica_set(h, "prefill")
-    old_revision_pods(h)
-    await h.reconcile()
-    kubelet(h.server)
-    frontend.behaviour = lambda p, d: True if p.endswith("old") else "decode failed: 500"
-    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
-        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
-    for _ in range(8):
-        clock.now += 10
-        await h.reconcile()
+    h, _, _ = await stuck_rollout("prefill")
     assert h.status["rollout"]["state"] == "RolledBack"
     image = {
         role: h.server.get("Deployment", NAMESPACE, f"m-{role}")["spec"]["template"]["spec"]["containers"][0]["image"]

@@ -62,13 +62,19 @@ def daemons(scheduled: int, ready: int) -> dict[str, Any]:
     }
 
 
-def test_per_node_daemons_are_counted_by_the_nodes_they_are_scheduled_on() -> None:
+def node_daemons_deployment() -> tuple[Any, dict[Any, Any]]:
+    """examples/17 (per-node KV daemons) planned, with every Deployment of it ready and no DaemonSet yet."""
     plan = build_plan(example_deployment(next(Path("examples").glob("17-*.yaml"))), "ns")
     children: dict[Any, Any] = {
         ("Deployment", w.name): workload(w.name, w.replicas, w.replicas)
         for w in plan.workloads
         if w.kind != "DaemonSet"
     }
+    return plan, children
+
+
+def test_per_node_daemons_are_counted_by_the_nodes_they_are_scheduled_on() -> None:
+    plan, children = node_daemons_deployment()
 
     def phase(scheduled: int, ready: int) -> str:
         children[("DaemonSet", "qwen3-pegaflow-kv-node")] = daemons(scheduled, ready)
@@ -136,12 +142,7 @@ def test_serving_replicas_are_kept_from_the_last_round_when_no_round_ran() -> No
 
 
 def test_the_per_node_daemons_report_their_counts_under_kv_node() -> None:
-    plan = build_plan(example_deployment(next(Path("examples").glob("17-*.yaml"))), "ns")
-    children: dict[Any, Any] = {
-        ("Deployment", w.name): workload(w.name, w.replicas, w.replicas)
-        for w in plan.workloads
-        if w.kind != "DaemonSet"
-    }
+    plan, children = node_daemons_deployment()
     children[("DaemonSet", "qwen3-pegaflow-kv-node")] = daemons(3, 2)
     status = compute_status(StatusInputs(generation=1, previous={}, now="t", plan=plan, live=children)).status
     assert status["kvNode"] == {"replicas": 3, "readyReplicas": 2, "ready": False}
