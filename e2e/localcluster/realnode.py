@@ -201,7 +201,8 @@ def containerd(bins: BinDir, lay: Layout, ports: Ports, addrs: Addresses) -> Com
 
     def prepare() -> None:
         # Until it answers: a background import (image_store.open_store) may hold the store with a containerd of
-        # its own; after, such an import goes through this containerd's socket.
+        # its own; after, such an import goes through this containerd's socket. If it never answers, `up` fails and
+        # the lock goes with the process that ran it.
         held.append(acquire_store_lock(say=_say_waiting))
         paths.dir.mkdir(parents=True, exist_ok=True)
         image_store().mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ class _Connection:
 
     def arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """One timer for the whole leg (head, then every body read): at the deadline it aborts the connection, which
-        ends whichever read is pending. A per-read `asyncio.timeout_at` cost about a tenth of the frontend's CPU."""
+        ends whichever read is pending. Cheaper than an `asyncio.timeout_at` context per read (D246)."""
         self._timer = loop.call_at(deadline, self._expire)
 
     def disarm(self) -> None:

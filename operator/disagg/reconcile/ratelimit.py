@@ -4,7 +4,8 @@ with a burst, as client-go's `--kube-api-qps`/`--kube-api-burst`) and a cap on r
 They wrap the Transport every reconcile worker shares, so the limits hold for the whole process however many
 DisaggDeployments are reconciled at once. A pass of the change lane (a spec nobody reconciled yet) marks its requests
 urgent (`priority.urgent_requests`): they are let through both limits before the others waiting (D245), so a user's
-change made during a burst's aftermath does not queue behind the status-only passes of a thousand others. Watches
+change made during a burst's aftermath does not wait in these limits behind the status-only passes of a thousand
+others (it still shares the event loop with them: docs/performance.md). Watches
 are not limited (they are long-lived and few), and the leader elector has a transport of its own, so a backlog of
 applies can never delay a lease renewal.
 """
@@ -53,7 +54,7 @@ class _Waiters:
                     return True
         return False
 
-    def __bool__(self) -> bool:
+    def any(self) -> bool:
         return self.ahead_of(False)
 
 
@@ -79,13 +80,6 @@ class TokenBucket:
     def _consume(self, now: float) -> None:
         self._next = max(self._next, now) + self._interval
 
-    def reserve(self) -> float:
-        """Take a token now, whoever waits; returns how long to wait before using it (the plain GCRA reservation)."""
-        now = self._clock()
-        wait = self._delay(now)
-        self._consume(now)
-        return wait
-
     async def take(self, urgent: bool = False) -> float:
         """Wait for a token: at once if one is free and nobody who goes first waits; returns the seconds waited."""
         now = self._clock()
@@ -98,7 +92,7 @@ class TokenBucket:
         return self._clock() - now
 
     def _schedule(self, now: float) -> None:
-        if self._timer is None and self._waiters:
+        if self._timer is None and self._waiters.any():
             self._timer = asyncio.get_running_loop().call_later(self._delay(now), self._grant)
 
     def _grant(self) -> None:

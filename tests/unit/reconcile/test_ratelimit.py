@@ -11,14 +11,25 @@ from disagg.reconcile.priority import urgent_requests
 from disagg.reconcile.ratelimit import Slots, Throttled, TokenBucket
 
 
-def test_a_full_bucket_lets_the_burst_through_then_spaces_requests_at_the_rate() -> None:
+async def _started_at_once(bucket: TokenBucket, count: int) -> list[bool]:
+    """Which of `count` takes, asked one after another, got a token without waiting for the bucket's timer."""
+    tasks = [asyncio.ensure_future(bucket.take()) for _ in range(count)]
+    await asyncio.sleep(0)  # each take runs to its first wait; the immediate ones are done
+    done = [task.done() for task in tasks]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return done
+
+
+async def test_a_full_bucket_lets_the_burst_through_then_spaces_requests_at_the_rate() -> None:
     now = [0.0]
     bucket = TokenBucket(qps=10, burst=5, clock=lambda: now[0])
-    assert [bucket.reserve() for _ in range(5)] == [0.0] * 5
-    waits = [bucket.reserve() for _ in range(3)]
-    assert [round(w, 6) for w in waits] == [0.1, 0.2, 0.3]
+    assert await _started_at_once(bucket, 8) == [True] * 5 + [False] * 3
+    now[0] += 0.1  # one interval: one more token
+    assert await _started_at_once(bucket, 2) == [True, False]
     now[0] += 10  # a quiet spell refills it, but never above the burst
-    assert [round(bucket.reserve(), 6) for _ in range(6)] == [0.0] * 5 + [0.1]
+    assert await _started_at_once(bucket, 6) == [True] * 5 + [False]
 
 
 class Slow:
