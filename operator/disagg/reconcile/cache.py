@@ -10,6 +10,10 @@ Writers race with the watch: the operator puts the answers of its own writes her
 what it wrote, even before the watch delivers it), and a watch event that is older than what is stored is ignored.
 Resource versions are compared as integers, as kube-apiserver's etcd storage issues them; a version that is not an
 integer always replaces what is stored.
+
+An object's status is kept apart from the rest, and the rest (without its resource version) has a `shape`: a hash
+that stays the same while only the status changes, which is what controllers write all the time. The passes use it
+to tell a child whose status moved from one whose spec or metadata did (settled.py, D249).
 """
 
 from __future__ import annotations
@@ -69,6 +73,28 @@ class _Entry:
     version: str | None
     owner: str | None
     data: bytes
+    """The stripped object without its status and resource version, as JSON."""
+    status: bytes | None
+    shape: int
+    """hash(data): equal while only the status (and the resource version) changed."""
+
+
+def _encode(version: str | None, owner: str | None, obj: dict[str, Any]) -> _Entry:
+    rest = strip(obj)
+    status = rest.pop("status", None)
+    rest["metadata"] = {k: v for k, v in rest["metadata"].items() if k != "resourceVersion"}
+    data = json.dumps(rest, separators=(",", ":")).encode()
+    encoded = None if status is None else json.dumps(status, separators=(",", ":")).encode()
+    return _Entry(version, owner, data, encoded, hash(data))
+
+
+def _decode(entry: _Entry) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(entry.data)
+    if entry.version is not None:
+        obj["metadata"]["resourceVersion"] = entry.version
+    if entry.status is not None:
+        obj["status"] = json.loads(entry.status)
+    return obj
 
 
 class Cache:
@@ -91,8 +117,7 @@ class Cache:
         owner = (metadata.get("labels") or {}).get(LABEL_DEPLOYMENT)
         if stored is not None and stored.owner != owner:
             self._unindex(kind, key, stored.owner)
-        data = json.dumps(strip(obj), separators=(",", ":")).encode()
-        self._objects[kind][key] = _Entry(version, owner, data)
+        self._objects[kind][key] = _encode(version, owner, obj)
         if owner:
             self._owned.setdefault(kind, {}).setdefault((key[0], owner), set()).add(key[1])
         return True
@@ -146,8 +171,7 @@ class Cache:
         entry = self._objects.get(kind, {}).get((namespace, name))
         if entry is None:
             return None
-        obj: dict[str, Any] = json.loads(entry.data)
-        return obj
+        return _decode(entry)
 
     def version(self, kind: str, namespace: str, name: str) -> str | None:
         entry = self._objects.get(kind, {}).get((namespace, name))
@@ -162,11 +186,24 @@ class Cache:
         objects = self._objects[kind]
         return tuple((name, objects[(namespace, name)].version) for name in sorted(names))
 
+    def shape(self, kind: str, namespace: str, name: str) -> int | None:
+        """The object's shape (`_Entry.shape`): unchanged by a write of its status alone."""
+        entry = self._objects.get(kind, {}).get((namespace, name))
+        return entry.shape if entry is not None else None
+
+    def shapes(self, kind: str, namespace: str, deployment: str) -> tuple[tuple[str, int], ...]:
+        """(name, shape) of the objects `versions` names: what changed in them apart from their status."""
+        names = self._owned.get(kind, {}).get((namespace, deployment))
+        if not names:
+            return ()
+        objects = self._objects[kind]
+        return tuple((name, objects[(namespace, name)].shape) for name in sorted(names))
+
     def owned(self, kind: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
         """Objects of `kind` labelled as belonging to the DisaggDeployment, sorted by name."""
         names = sorted(self._owned.get(kind, {}).get((namespace, deployment), ()))
         objects = self._objects.get(kind, {})
-        return [json.loads(objects[(namespace, name)].data) for name in names]
+        return [_decode(objects[(namespace, name)]) for name in names]
 
     def count(self, kind: str | None = None) -> int:
         if kind is not None:
@@ -174,4 +211,5 @@ class Cache:
         return sum(len(objects) for objects in self._objects.values())
 
     def size_bytes(self) -> int:
-        return sum(len(entry.data) for objects in self._objects.values() for entry in objects.values())
+        entries = (entry for objects in self._objects.values() for entry in objects.values())
+        return sum(len(entry.data) + len(entry.status or b"") for entry in entries)

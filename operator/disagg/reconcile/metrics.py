@@ -67,6 +67,11 @@ APPLIES_SKIPPED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+PASSES_APPLY_SKIPPED = Counter(
+    "disagg_reconcile_apply_skipped_total",
+    "Passes that ran only the observe and status steps: since the last successful pass, only statuses changed (D249).",
+    registry=REGISTRY,
+)
 APPLIED_RESTORED = Counter(
     "disagg_applied_restored_total",
     "DisaggDeployments whose memory of what was applied was taken from status after a takeover or a restart (D192).",
