@@ -80,9 +80,13 @@ class _Entry:
 
 
 def _encode(version: str | None, owner: str | None, obj: dict[str, Any]) -> _Entry:
-    rest = strip(obj)
-    status = rest.pop("status", None)
-    rest["metadata"] = {k: v for k, v in rest["metadata"].items() if k != "resourceVersion"}
+    stripped = strip(obj)
+    status = stripped.pop("status", None)
+    metadata = stripped["metadata"]
+    # The top level and metadata in a fixed order: a watch event and a list, or the informer's defaults, put them
+    # in different orders, and the shape would differ for the same object (nested maps come in the server's order).
+    stripped["metadata"] = {key: metadata[key] for key in sorted(metadata) if key != "resourceVersion"}
+    rest = {key: stripped[key] for key in sorted(stripped)}
     data = json.dumps(rest, separators=(",", ":")).encode()
     encoded = None if status is None else json.dumps(status, separators=(",", ":")).encode()
     return _Entry(version, owner, data, encoded, hash(data))

@@ -188,13 +188,14 @@ class Reconciler:
         """While this replica stands by (until cancelled): render every known DisaggDeployment it has not rendered
         for its current spec, one at a time, so that after a takeover the first passes do not wait for rendering
         (D193). The standby's watch cache already holds everything a pass reads; this adds what it computes."""
-        seen: dict[Key, str | None] = {}
+        seen: dict[Key, int | None] = {}
         while True:
-            current: dict[Key, str | None] = {}
+            current: dict[Key, int | None] = {}
             for key in sorted(self.known):
-                version = self.cache.version(DISAGG_DEPLOYMENT.name, *key)
-                current[key] = version
-                if version is None or seen.get(key) == version:
+                # By shape, not version (D249): the leader's status writes change every version, not what renders.
+                shape = self.cache.shape(DISAGG_DEPLOYMENT.name, *key)
+                current[key] = shape
+                if shape is None or seen.get(key) == shape:
                     continue
                 owner = self.cache.get(DISAGG_DEPLOYMENT.name, *key)
                 if owner is not None and not owner["metadata"].get("deletionTimestamp"):

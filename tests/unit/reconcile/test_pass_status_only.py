@@ -126,6 +126,12 @@ def test_an_object_s_shape_ignores_its_status_and_version_and_nothing_else() -> 
     before = cache.shape("Deployment", "ns", "d")
     assert cache.put("Deployment", relabelled)
     assert cache.shape("Deployment", "ns", "d") != before
+    before_reorder = cache.shape("Deployment", "ns", "d")
+    reordered = {key: relabelled[key] for key in reversed(list(relabelled))}
+    reordered["metadata"] = {key: relabelled["metadata"][key] for key in reversed(list(relabelled["metadata"]))}
+    reordered["metadata"]["resourceVersion"] = "5"
+    assert cache.put("Deployment", reordered)
+    assert cache.shape("Deployment", "ns", "d") == before_reorder
     assert cache.shape("Deployment", "ns", "missing") is None
     assert cache.shapes("Deployment", "ns", "other") == ()
 

@@ -75,3 +75,37 @@ async def test_a_spec_changed_while_standing_by_is_rendered_again_once() -> None
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert counting.rendered == ["m"]
+
+
+async def test_a_standby_does_not_read_a_deployment_again_for_a_status_write(monkeypatch: Any) -> None:
+    """The leader writes every DisaggDeployment's status after each pass that changes it; the standby reads (decodes
+    and digests) a DisaggDeployment again only when what renders could have changed (D249)."""
+    leader = harness(deployment_document(MINIMAL))
+    await leader.reconcile()
+    standby, counting = await standby_over(leader)
+    reads: list[str] = []
+    get = standby.reconciler.cache.get
+
+    def counted(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "DisaggDeployment":
+            reads.append(name)
+        return get(kind, namespace, name)
+
+    monkeypatch.setattr(standby.reconciler.cache, "get", counted)
+    task = asyncio.create_task(standby.reconciler.prepare(pause=0.01))
+    try:
+        async with asyncio.timeout(10):
+            while reads != ["m"]:
+                await asyncio.sleep(0.01)
+            leader.server.set_status("DisaggDeployment", NAMESPACE, "m", {**leader.status, "phase": "Other"})
+            await standby.reconciler.watching.caught_up()
+            await asyncio.sleep(0.1)  # several rounds of prepare
+            assert reads == ["m"]
+            leader.edit_spec(lambda spec: spec["prefill"].update(replicas=3))
+            await standby.reconciler.watching.caught_up()
+            while reads != ["m", "m"]:
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert counting.rendered == ["m", "m"]
