@@ -1,0 +1,90 @@
+"""status.serving and status.rollout as a user reads them (`kubectl get -o yaml`): every field, by name and value,
+for a serving pair, a failing one and a rollout that waits. The CRD's schema names these fields; a field renamed or
+dropped here is a field the user's dashboards and alerts lose."""
+
+from __future__ import annotations
+
+from tests.unit.reconcile.test_pass_serving import _serving
+
+STAMP = "2026-01-01T00:00:00Z"  # the harness's clock (tests/support/reconciling.py)
+
+
+async def test_a_serving_pair_is_reported_with_every_count_the_check_saw_and_its_slowest_probe() -> None:
+    h, _frontend, _clock = await _serving()
+    assert h.status["serving"] == {
+        "mode": "Enforce",
+        "method": "pairs",
+        "lastCheckTime": STAMP,
+        "pairs": 1,
+        "probed": 1,
+        "passing": 1,
+        "failing": 0,
+        "drained": 0,
+        "slowestSeconds": 0.05,  # the fake frontend's probe latency, rounded to the millisecond
+    }
+
+
+async def test_a_failing_pair_is_listed_with_its_error_and_since_and_the_remediation_is_recorded() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 X"
+    clock.now += 10
+    await h.reconcile()
+    clock.now += 2
+    await h.reconcile()
+    serving = h.status["serving"]
+    assert {k: serving[k] for k in ("pairs", "probed", "passing", "failing", "drained")} == {
+        "pairs": 1,
+        "probed": 1,
+        "passing": 0,
+        "failing": 1,
+        "drained": 0,
+    }
+    assert serving["lastCheckTime"] == STAMP
+    assert serving["failingPairs"] == [
+        {
+            "prefill": "m-prefill-a",
+            "decode": "m-decode-a",
+            "revision": "",
+            "error": "decode failed: 500 X",
+            "drained": False,
+            "since": STAMP,
+        }
+    ]
+    remediation = serving["lastRemediation"]
+    assert (remediation["time"], remediation["action"], remediation["target"]) == (
+        STAMP,
+        "RecreatedEngine",
+        "m-prefill-a",
+    )
+    assert remediation["reason"].startswith(
+        "every pair through prefill m-prefill-a fails (m-prefill-a->m-decode-a: decode failed: 500 X)"
+    )
+    # The recorded remediation stays through the next rounds, which take nothing new.
+    clock.now += 10
+    await h.reconcile()
+    assert h.status["serving"]["lastRemediation"] == remediation
+
+
+async def test_one_failure_is_a_suspect_that_the_failing_list_does_not_name_yet() -> None:
+    h, frontend, clock = await _serving()
+    frontend.behaviour = lambda p, d: "decode failed: 500 X"
+    clock.now += 10
+    await h.reconcile()
+    serving = h.status["serving"]
+    assert "failingPairs" not in serving
+    assert (serving["passing"], serving["failing"]) == (0, 0)
+
+
+async def test_a_rollout_that_waits_reports_its_start_and_what_it_waits_for() -> None:
+    h, _frontend, _clock = await _serving()
+    rollout = h.status["rollout"]
+    target = h.status["pairingRevision"]
+    assert rollout == {
+        "revision": target,
+        "state": "RollingOut",
+        # The fixture's engine pods carry no pairing revision: they are counted under "".
+        "revisions": [{"revision": "", "prefill": 1, "decode": 1, "waitingPrefill": 0, "waitingDecode": 0}],
+        "startedTime": STAMP,
+        "waitingFor": f"revision {target}: 0 prefill and 0 decode ready, 0 and 0 up and being probed; older "
+        "revisions  serve meanwhile",
+    }
