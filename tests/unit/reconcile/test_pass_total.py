@@ -28,7 +28,11 @@ async def test_an_exception_in_the_pure_core_becomes_an_invalid_status(
     assert record.getMessage() == "rendering ns/m failed" and record.exc_info is not None
     spec_valid = h.condition("SpecValid")
     assert spec_valid["status"] == "False"
-    assert "could not render this spec (ZeroDivisionError: division by zero in the plan)" in spec_valid["message"]
+    assert spec_valid["message"] == (
+        "spec: the operator could not render this spec (ZeroDivisionError: division by zero in the plan). Fix: this "
+        "is a bug in disagg-operator; please report it with the spec. Until it is fixed, change the setting the "
+        "message points at."
+    )
     assert h.status["phase"] == "Invalid"
     assert [e["reason"] for e in h.events()] == ["InvalidSpec"]
     assert h.children() == {}
