@@ -4,7 +4,9 @@ dropped here is a field the user's dashboards and alerts lose."""
 
 from __future__ import annotations
 
-from tests.unit.reconcile.test_pass_serving import _serving
+from tests.support.reconciling import MINIMAL, deployment_document
+from tests.support.serving import checked_harness, create_pod
+from tests.unit.reconcile.test_pass_serving import _serving, _serving_two_by_two
 
 STAMP = "2026-01-01T00:00:00Z"  # the harness's clock (tests/support/reconciling.py)
 
@@ -88,3 +90,57 @@ async def test_a_rollout_that_waits_reports_its_start_and_what_it_waits_for() ->
         "waitingFor": f"revision {target}: 0 prefill and 0 decode ready, 0 and 0 up and being probed; older "
         "revisions  serve meanwhile",
     }
+
+
+async def test_a_drained_pair_is_announced_recorded_and_its_return_announced_in_words() -> None:
+    h, frontend, clock = await _serving_two_by_two()
+    frontend.behaviour = lambda p, d: "timeout" if (p, d) == ("m-prefill-a", "m-decode-a") else True
+    for step in (10, 2, 10):
+        clock.now += step
+        await h.reconcile()
+    assert [e["message"] for e in h.events("DrainedPairs")] == [
+        "the frontend no longer chooses m-prefill-a->m-decode-a: m-prefill-a->m-decode-a: timeout"
+    ]
+    assert h.status["serving"]["lastRemediation"] == {
+        "time": STAMP,
+        "action": "DrainedPairs",
+        "target": "m-prefill-a->m-decode-a",
+        "reason": "m-prefill-a->m-decode-a: timeout",
+    }
+    frontend.behaviour = lambda p, d: True
+    clock.now += 10
+    await h.reconcile()
+    assert [e["message"] for e in h.events("UndrainedPairs")] == [
+        "serving again, back in rotation: m-prefill-a->m-decode-a"
+    ]
+
+
+async def test_the_endpoint_check_says_where_it_asked_how_long_it_took_and_what_failed() -> None:
+    document = MINIMAL.replace(
+        "decode: {replicas: 1}",
+        "decode: {replicas: 1}\n  serving: {check: {failureThreshold: 1}}\n"
+        "  frontend: {router: {implementation: vllm-router}}",
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    await h.reconcile()
+    assert h.condition("Serving")["message"] == (
+        "a completion through the router at 10.9.0.1:8000 answered in 0.05 s (endpoint check: which prefill/decode "
+        "pairs work is only known with the operator's frontend)"
+    )
+    counts = ("pairs", "probed", "passing", "failing", "drained")
+    assert h.status["serving"] == {
+        "mode": "Enforce",
+        "method": "endpoint",
+        "lastCheckTime": STAMP,
+        **dict(zip(counts, (1, 1, 1, 0, 0), strict=True)),
+    }
+    frontend.completions_ok = False
+    clock.now += 10
+    await h.reconcile()
+    assert (
+        h.condition("Serving")["message"] == "a completion through the router at 10.9.0.1:8000 failed: 502 Bad Gateway"
+    )
+    assert [h.status["serving"][k] for k in counts] == [0, 0, 0, 0, 0]
