@@ -100,3 +100,16 @@ def test_a_cached_object_still_says_which_manager_holds_its_replica_count() -> N
     assert cached is not None
     assert manages_replicas(cached, REPLICAS_MANAGER) and not manages_replicas(cached, FIELD_MANAGER)
     assert [entry["manager"] for entry in cached["metadata"]["managedFields"]] == [REPLICAS_MANAGER, FIELD_MANAGER]
+
+
+def test_a_relist_reports_the_owners_of_objects_it_added_or_changed() -> None:
+    """Objects a relist brings that the cache lacked, or holds at another version, are changes for their owner
+    (the informer reconciles it); an object without the owner label belongs to nobody."""
+    cache = Cache()
+    assert cache.put("Pod", pod("a", "6"))
+    stranger = pod("s", "7")
+    del stranger["metadata"]["labels"]["disagg.dev/deployment"]
+    assert cache.replace("Pod", "ns", [pod("a", "6"), pod("b", "8"), stranger], "20") == {("ns", "m")}
+    assert cache.get("Pod", "ns", "b") is not None
+    assert cache.replace("Pod", "ns", [pod("a", "9"), pod("b", "8"), stranger], "21") == {("ns", "m")}
+    assert cache.replace("Pod", "ns", [pod("a", "9"), pod("b", "8"), stranger], "22") == set()

@@ -109,6 +109,7 @@ async def test_the_scaler_waits_for_pods_then_for_a_window_then_scales_up(busy: 
     assert decode["lastScaleReason"].startswith(f"decode 1 -> {scaled_to} (scale up): need ")
     scaled_up = [e["message"] for e in busy.h.events("ScaledUp")]
     assert scaled_up == [f"decode 1 -> {scaled_to}: {decode['lastScaleReason']}"]
+    assert [e["type"] for e in busy.h.events("ScaledUp")] == ["Normal"]  # a scale is not a warning
     # The count is the scaler's: written by the replicas manager, not part of the operator's main apply.
     assert manages_replicas(busy.decode(), REPLICAS_MANAGER) and not manages_replicas(busy.decode(), FIELD_MANAGER)
     prefill = busy.h.server.get("Deployment", NAMESPACE, "m-prefill")

@@ -173,12 +173,13 @@ async def test_the_probe_answer_becomes_outcomes_with_what_the_operator_knew(
     other.answer("POST", "/disagg/v1/probe", reply(200, {"ok": False, "results": results}))
     pairs = [PairRef("p0", "d0", "r", True, False), PairRef("p1", "d1", "r", False, True)]
     first, second, third = await prober.probe("127.0.0.1", other.port, pairs, 1.0)
-    assert (first.ok, first.latency, first.kv_transferred, first.drained, first.candidate) == (
+    assert (first.ok, first.latency, first.kv_transferred, first.drained, first.candidate, first.revision) == (
         True,
         0.25,
         True,
         True,
         False,
+        "r",
     )
     assert (second.ok, second.error, second.revision, second.candidate) == (
         False,
