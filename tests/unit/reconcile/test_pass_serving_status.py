@@ -5,8 +5,8 @@ dropped here is a field the user's dashboards and alerts lose."""
 from __future__ import annotations
 
 from tests.support.reconciling import MINIMAL, deployment_document
-from tests.support.serving import checked_harness, create_pod
-from tests.unit.reconcile.test_pass_serving import _serving, _serving_two_by_two
+from tests.support.serving import checked_harness, create_pod, kubelet
+from tests.unit.reconcile.test_pass_serving import FRONTEND, _serving, _serving_two_by_two, old_revision_pods
 
 STAMP = "2026-01-01T00:00:00Z"  # the harness's clock (tests/support/reconciling.py)
 
@@ -144,3 +144,25 @@ async def test_the_endpoint_check_says_where_it_asked_how_long_it_took_and_what_
         h.condition("Serving")["message"] == "a completion through the router at 10.9.0.1:8000 failed: 502 Bad Gateway"
     )
     assert [h.status["serving"][k] for k in counts] == [0, 0, 0, 0, 0]
+
+
+async def test_a_pass_between_rounds_reports_a_stuck_rollout_once_not_once_per_pass() -> None:
+    document = FRONTEND.replace("remediation: {cooldown: 2m}", "rollout: {progressDeadline: 1m}")
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    old_revision_pods(h)
+    await h.reconcile()
+    kubelet(h.server)
+    frontend.behaviour = lambda p, d: p.endswith("old")
+    for name, role in (("m-prefill-new", "prefill"), ("m-decode-new", "decode")):
+        create_pod(h.server, "m", name, role, gated=True, revision=h.status["pairingRevision"])
+    for _ in range(8):
+        clock.now += 10
+        await h.reconcile()
+    assert h.condition("Degraded")["reason"] == "RolloutStuck"
+    stuck = h.condition("Degraded")["message"]
+    assert stuck.count("has not completed in 60 s") == 1
+    for _ in range(3):  # passes before the next round is due reuse the last one
+        clock.now += 1
+        await h.reconcile()
+    assert h.condition("Degraded")["message"].count("has not completed in 60 s") == 1
