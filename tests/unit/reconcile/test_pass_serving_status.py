@@ -166,3 +166,33 @@ async def test_a_pass_between_rounds_reports_a_stuck_rollout_once_not_once_per_p
         clock.now += 1
         await h.reconcile()
     assert h.condition("Degraded")["message"].count("has not completed in 60 s") == 1
+
+
+async def test_draining_many_pairs_names_the_first_ten_in_the_event() -> None:
+    """Four prefills and four decodes: every pair but the four on the diagonal fails, and every engine still serves
+    in its diagonal pair, so all twelve are drained; the event names ten of them (and the errors of three)."""
+    document = FRONTEND.replace("prefill: {replicas: 1}", "prefill: {replicas: 4}").replace(
+        "decode: {replicas: 1}", "decode: {replicas: 4}"
+    )
+    h, frontend, clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    letters = "abcd"
+    for letter in letters:
+        create_pod(h.server, "m", f"m-prefill-{letter}", "prefill", gated=True)
+        create_pod(h.server, "m", f"m-decode-{letter}", "decode", gated=True)
+    create_pod(h.server, "m", "m-router-a", "router", ip="10.9.0.1")
+    h.settle()
+    await h.reconcile()
+    kubelet(h.server)
+    clock.now += 10
+    await h.reconcile()
+    assert h.status["serving"]["passing"] == 16
+    frontend.behaviour = lambda p, d: p[-1] == d[-1] or "timeout"
+    for step in (10, 2):
+        clock.now += step
+        await h.reconcile()
+    assert len(frontend.drains) == 12
+    [event] = h.events("DrainedPairs")
+    labels, _, errors = event["message"].removeprefix("the frontend no longer chooses ").partition(": ")
+    assert len(labels.split(", ")) == 10
+    assert errors.count(": timeout") == 3
