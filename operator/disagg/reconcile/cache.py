@@ -18,12 +18,13 @@ to tell a child whose status moved from one whose spec or metadata did (settled.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from disagg.names import LABEL_DEPLOYMENT
+
+from . import codec
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -87,17 +88,17 @@ def _encode(version: str | None, owner: str | None, obj: dict[str, Any]) -> _Ent
     # in different orders, and the shape would differ for the same object (nested maps come in the server's order).
     stripped["metadata"] = {key: metadata[key] for key in sorted(metadata) if key != "resourceVersion"}
     rest = {key: stripped[key] for key in sorted(stripped)}
-    data = json.dumps(rest, separators=(",", ":")).encode()
-    encoded = None if status is None else json.dumps(status, separators=(",", ":")).encode()
+    data = codec.dumps(rest)
+    encoded = None if status is None else codec.dumps(status)
     return _Entry(version, owner, data, encoded, hash(data))
 
 
 def _decode(entry: _Entry) -> dict[str, Any]:
-    obj: dict[str, Any] = json.loads(entry.data)
+    obj: dict[str, Any] = codec.loads(entry.data)
     if entry.version is not None:
         obj["metadata"]["resourceVersion"] = entry.version
     if entry.status is not None:
-        obj["status"] = json.loads(entry.status)
+        obj["status"] = codec.loads(entry.status)
     return obj
 
 

@@ -25,6 +25,7 @@ from kubernetes.aio import config as k8s_config
 
 from disagg.names import DISAGG_DEPLOYMENT, EVENT, KINDS, POD
 
+from . import codec
 from .children import FIELD_MANAGER
 
 REQUEST_TIMEOUT_S = 60
@@ -150,7 +151,7 @@ class ApiClientTransport:
         self, method: str, path: str, query: list[tuple[str, str]], body: Any, content_type: str
     ) -> Response:
         url, headers = await self._prepare(method, path, query, content_type)
-        data = json.dumps(body, separators=(",", ":")) if body is not None else None
+        data = codec.dumps(body) if body is not None else None
         try:
             async with self._client().request(
                 method,
@@ -181,7 +182,7 @@ class ApiClientTransport:
                     *lines, pending = pending.split(b"\n")
                     for line in lines:
                         if line.strip():
-                            yield json.loads(line)
+                            yield codec.loads(line)
         except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise KubeError(0, "ConnectionError", str(exc) or type(exc).__name__) from None
 
@@ -258,7 +259,7 @@ class Kube:
         response = await self._transport.request(method, location, query or [], body, content_type)
         if response.status >= 400:
             raise KubeError.from_response(response)
-        return json.loads(response.body) if response.body else None
+        return codec.loads(response.body) if response.body else None
 
     async def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply with force: our manager takes back fields someone else changed (drift correction)."""

@@ -8,7 +8,6 @@ gets its own copy of the objects (the apply step changes them).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from disagg.plan import build_plan
 from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation
 from disagg.render import render_plan
 
+from . import codec
 from .applied import digest, sent_digest
 from .cache import OwnerKey
 
@@ -31,14 +31,14 @@ log = logging.getLogger("disagg.reconcile")
 class Core:
     spec: DisaggDeploymentSpec
     plan: DeploymentPlan
-    texts: tuple[str, ...]
+    texts: tuple[bytes, ...]
     """The rendered objects as JSON, in apply order."""
     sent: dict[tuple[str, str], str]
     """Per (kind, name): the digest of what applying the object as rendered sends (`applied.sent_digest`), for the
     children whose replicas no autoscaler holds: the applied memo's key, computed once per spec, not per pass."""
 
     def desired(self) -> list[dict[str, Any]]:
-        return [json.loads(text) for text in self.texts]
+        return [codec.loads(text) for text in self.texts]
 
 
 def _key(owner: dict[str, Any]) -> str:
@@ -57,7 +57,7 @@ def compute(
             return result
         plan = build_plan(result.deployment, namespace, installation)
         objects = render_plan(plan)
-        texts = tuple(json.dumps(obj, separators=(",", ":")) for obj in objects)
+        texts = tuple(codec.dumps(obj) for obj in objects)
         sent = {(obj["kind"], obj["metadata"]["name"]): sent_digest(obj, False, None) for obj in objects}
         return Core(result.deployment.spec, plan, texts, sent)
     except Exception as exc:
