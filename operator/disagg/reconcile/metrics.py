@@ -124,7 +124,7 @@ SERVING_CHECK_DURATION = Histogram(
 )
 SERVING_PAIRS = Gauge(
     "disagg_serving_pairs",
-    "Pairs per DisaggDeployment by state: passing, failing, drained, waiting (engines not yet admitted).",
+    "Pairs per DisaggDeployment by state: passing, failing (not drained), drained.",
     ["namespace", "name", "state"],
     registry=REGISTRY,
 )
