@@ -298,12 +298,12 @@ def pareto(name: str, entry: dict[str, Any], policies: dict[str, dict[str, Any]]
 
     def point(p: dict[str, Any], **style: Any) -> None:
         g, a = p["gpu_hours"], p["attainment"]
-        ax.errorbar(
-            [g["mean"]], [a["mean"]],
-            xerr=[[g["mean"] - g["min"]], [g["max"] - g["mean"]]],
-            yerr=[[a["mean"] - a["min"]], [a["max"] - a["mean"]]],
-            **style,
-        )  # fmt: skip
+
+        def spread(v: dict[str, float]) -> list[list[float]]:
+            # Seeds that agree give a mean a rounding error past its own min or max: matplotlib refuses that.
+            return [[max(v["mean"] - v["min"], 0.0)], [max(v["max"] - v["mean"], 0.0)]]
+
+        ax.errorbar([g["mean"]], [a["mean"]], xerr=spread(g), yerr=spread(a), **style)
 
     planners = {n: p for n, p in policies.items() if n.startswith("planner")}
     for n, p in planners.items():
