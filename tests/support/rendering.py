@@ -14,6 +14,15 @@ from disagg.plan import DeploymentPlan, build_plan
 from disagg.render import render_deployment
 
 NAMESPACE = "default"
+# A spec fragment: a frontend served by a custom router container exposing the admin port, so the serving check can
+# probe pairs and single-node engine pools are gated.
+FRONTEND_ROUTER = """  frontend:
+    router:
+      customContainer:
+        image: ghcr.io/disagg-dev/disagg-operator:0.1.0
+        command: [disagg, frontend]
+        extraPorts: {admin: 8001}
+"""
 
 
 @cache

@@ -9,16 +9,9 @@ from typing import Any
 from disagg.names import LABEL_ROLE, SERVING_GATE
 from disagg.plan import build_plan
 from disagg.render import render_plan
-from tests.support.rendering import deployment_from_yaml, find, pod_templates
+from tests.support.rendering import FRONTEND_ROUTER, deployment_from_yaml, find, pod_templates
 
 GPU_NODES = "{nodeSelector: {pool: gpu}, tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]}"
-FRONTEND_ROUTER = """  frontend:
-    router:
-      customContainer:
-        image: ghcr.io/disagg-dev/disagg-operator:0.1.0
-        command: [disagg, frontend]
-        extraPorts: {admin: 8001}
-"""
 MOONCAKE_STORE = """  transfer: {connector: mooncake, mooncake: {protocol: tcp}}
   kvCache:
     store:

@@ -10,7 +10,7 @@ from disagg.api.serving import CheckMode
 from disagg.names import LWS_WORKER_INDEX_LABEL
 from disagg.plan import DeploymentPlan, build_plan
 from disagg.plan.model import Installation, WorkloadPlan
-from tests.support.rendering import deployment_from_yaml
+from tests.support.rendering import FRONTEND_ROUTER, deployment_from_yaml
 
 
 def plan(spec: str, metadata: str = "{name: t}", serving: CheckMode = "Enforce") -> DeploymentPlan:
@@ -152,15 +152,6 @@ def test_a_deployment_read_from_a_cluster_owns_its_children() -> None:
             "blockOwnerDeletion": True,
         }
     ]
-
-
-FRONTEND_ROUTER = """  frontend:
-    router:
-      customContainer:
-        image: ghcr.io/disagg-dev/disagg-operator:0.1.0
-        command: [disagg, frontend]
-        extraPorts: {admin: 8001}
-"""
 
 
 def test_gated_engines_drain_their_requests_after_the_frontend_stopped_choosing_them() -> None:
