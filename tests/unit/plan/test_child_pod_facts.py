@@ -1,6 +1,6 @@
 """Facts about the pods of the children other than engines, and scheduling fields every pod passes on: where the
 KV store and the router run, which scheduler places a pool, custom pools under the serving gate, the router's
-selector, pull policies of images the operator names, and the store's metrics port."""
+selector, the pull policy of router and KV-daemon images, and the store's metrics port."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_the_router_deployment_and_service_select_exactly_the_router_pods() -> N
         assert not pool_selector.items() <= labels.items()
 
 
-def test_images_the_operator_chooses_are_pulled_only_when_absent() -> None:
+def test_router_and_kv_daemon_images_are_pulled_only_when_absent() -> None:
     # Images loaded into the node's runtime without a registry (air-gapped nodes, kind, the e2e node) must start.
     pega = """  engine: {pythonHashSeed: 42}
   kvCache:
