@@ -21,6 +21,9 @@ from disagg.reconcile.reconciler import Reconciler
 from disagg.reconcile.workqueue import Key
 from tests.support.fake_kube import FakeApiServer
 
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+"""What the Deployment controller adds to each Deployment it rolls out."""
+
 
 class Watching:
     """The operator's informers over a fake cluster, started on first use; `caught_up` waits until the cache has
@@ -125,7 +128,8 @@ class Harness:
 
     def settle(self, **ready: int) -> None:
         """What the workload controllers and kubelets would report once every pod runs: each Deployment and
-        LeaderWorkerSet fully ready on its current generation. `ready` overrides the ready count by name."""
+        LeaderWorkerSet fully ready on its current generation, and each Deployment annotated with its rollout's
+        revision as the Deployment controller does. `ready` overrides the ready count by name."""
         for kind in ("Deployment", "LeaderWorkerSet"):
             for obj in self.server.objects(kind, self.namespace):
                 name = obj["metadata"]["name"]
@@ -137,6 +141,14 @@ class Harness:
                 }
                 if kind == "Deployment":
                     status["observedGeneration"] = obj["metadata"]["generation"]
+                    if REVISION_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
+                        self.server.update(
+                            kind,
+                            self.namespace,
+                            name,
+                            lambda o: o["metadata"].setdefault("annotations", {}).update({REVISION_ANNOTATION: "1"}),
+                            manager="kube-controller-manager",
+                        )
                 self.server.set_status(kind, self.namespace, name, status)
 
 

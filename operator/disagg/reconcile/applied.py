@@ -3,8 +3,10 @@
 A child is applied again when the desired object differs from what was applied last, when the live object is not
 the version the apply returned (someone changed it: drift to repair), and in any case once `reapply_seconds` has
 passed since (a missed watch event cannot hide drift for longer). For a workload (Deployment, LeaderWorkerSet) a
-new version that changed only its status (same generation, same labels, annotations and owner references) is not
-a change: controllers write their status all the time.
+new version that changed only its status, or labels and annotations the operator does not send (same generation,
+same values at the label and annotation keys it sends, same owner references), is not a change: controllers write
+their status all the time, and the Deployment controller adds `deployment.kubernetes.io/revision` right after a
+Deployment is created. A server-side apply would not touch another manager's keys anyway (D251).
 
 The memory is the process's, and it also leaves a trace in the DisaggDeployment's status (D192): `fingerprint`,
 a digest of what was applied to each child and the version each apply returned, goes into `status.appliedDigest`
@@ -43,9 +45,31 @@ def sent_digest(obj: dict[str, Any], elsewhere: bool, live: dict[str, Any] | Non
     return digest([obj, elsewhere, holds.include_in_main_apply, holds.hand_over is not None])
 
 
-def _metadata_digest(obj: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class SentKeys:
+    """The label and annotation keys the operator sends for a child: the only ones a re-apply could repair."""
+
+    labels: frozenset[str]
+    annotations: frozenset[str]
+
+    @classmethod
+    def of(cls, desired: dict[str, Any]) -> SentKeys:
+        metadata = desired.get("metadata") or {}
+        return cls(frozenset(metadata.get("labels") or ()), frozenset(metadata.get("annotations") or ()))
+
+
+def _metadata_digest(obj: dict[str, Any], keys: SentKeys) -> str:
+    """The digest of the live metadata a re-apply would repair: our keys' values (a missing one included) and the
+    owner references."""
     metadata = obj.get("metadata") or {}
-    return digest([metadata.get("labels"), metadata.get("annotations"), metadata.get("ownerReferences")])
+    labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+    return digest(
+        [
+            {key: labels.get(key) for key in sorted(keys.labels)},
+            {key: annotations.get(key) for key in sorted(keys.annotations)},
+            metadata.get("ownerReferences"),
+        ]
+    )
 
 
 def _token(kind: str, version: str | None, generation: int | None, metadata: str) -> list[object]:
@@ -62,6 +86,7 @@ class _Record:
     version: str | None
     generation: int | None
     metadata: str
+    keys: SentKeys
     until: float
 
 
@@ -82,15 +107,21 @@ class AppliedMemo:
         return (
             kind in STATUS_WRITTEN_BY_CONTROLLERS
             and metadata.get("generation") == record.generation
-            and _metadata_digest(live) == record.metadata
+            and _metadata_digest(live, record.keys) == record.metadata
         )
 
-    def record(self, owner: OwnerKey, kind: str, name: str, sent: str, applied: dict[str, Any]) -> None:
+    def record(self, owner: OwnerKey, kind: str, name: str, sent: str, applied: dict[str, Any], keys: SentKeys) -> None:
+        """`keys`: the label and annotation keys of the object sent."""
         metadata = applied.get("metadata") or {}
         # Spread re-applies out, so the children of DisaggDeployments created together do not all fall due at once.
         until = self.clock() + self.reapply_seconds * random.uniform(0.9, 1.1)
         self._records.setdefault(owner, {})[(kind, name)] = _Record(
-            sent, metadata.get("resourceVersion"), metadata.get("generation"), _metadata_digest(applied), until
+            sent,
+            metadata.get("resourceVersion"),
+            metadata.get("generation"),
+            _metadata_digest(applied, keys),
+            keys,
+            until,
         )
 
     def fingerprint(self, owner: OwnerKey) -> str | None:
@@ -108,8 +139,11 @@ class AppliedMemo:
     def knows(self, owner: OwnerKey) -> bool:
         return bool(self._records.get(owner))
 
-    def restore(self, owner: OwnerKey, fingerprint: str, children: list[tuple[str, str, str, dict[str, Any]]]) -> bool:
-        """Records for `children` ((kind, name, digest of what would be sent, live object)), taken as applied when
+    def restore(
+        self, owner: OwnerKey, fingerprint: str, children: list[tuple[str, str, str, dict[str, Any], SentKeys]]
+    ) -> bool:
+        """Records for `children` ((kind, name, digest of what would be sent, live object, the label and annotation
+        keys it would send)), taken as applied when
         `fingerprint` (another replica's, from status) is exactly what they give: each is at the version that
         replica's apply returned, and would be sent the same. False, and nothing recorded, otherwise."""
         if self.knows(owner) or not children:
@@ -124,16 +158,16 @@ class AppliedMemo:
                         kind,
                         (live.get("metadata") or {}).get("resourceVersion"),
                         (live.get("metadata") or {}).get("generation"),
-                        _metadata_digest(live),
+                        _metadata_digest(live, keys),
                     ),
                 ]
-                for kind, name, sent, live in children
+                for kind, name, sent, live, keys in children
             )
         )
         if candidate != fingerprint:
             return False
-        for kind, name, sent, live in children:
-            self.record(owner, kind, name, sent, live)
+        for kind, name, sent, live, keys in children:
+            self.record(owner, kind, name, sent, live, keys)
         return True
 
     def due(self, owner: OwnerKey) -> bool:

@@ -28,7 +28,7 @@ from disagg.names import CHILD_KINDS, DISAGG_DEPLOYMENT, FIRST_WAVE, KINDS, POD,
 from disagg.plan.model import DEFAULT_INSTALLATION, DeploymentPlan, Installation, WorkloadPlan
 
 from . import metrics
-from .applied import AppliedMemo, sent_digest
+from .applied import AppliedMemo, SentKeys, sent_digest
 from .autoscale import Autoscaler, ScaleReport, interval_seconds, scaled_pools
 from .cache import Cache
 from .children import REPLICAS_MANAGER, ChildKey, child_key, select_prunable
@@ -509,7 +509,8 @@ class Reconciler:
             decision = state.claims.get(key_of)
             if live is None or decision is None or decision.action != "update":
                 return  # a child to create (or not ours to write): not as the status says
-            children.append((key_of[0], key_of[1], self._sent(state, obj, key_of in owned_elsewhere), live))
+            sent = self._sent(state, obj, key_of in owned_elsewhere)
+            children.append((key_of[0], key_of[1], sent, live, SentKeys.of(obj)))
         if self.applied.restore(state.key, fingerprint, children):
             metrics.APPLIED_RESTORED.inc()
 
@@ -561,7 +562,7 @@ class Reconciler:
                 created.append(f"{obj['kind']} {obj['metadata']['name']}")
             state.live[key_of] = result
             self.cache.put(obj["kind"], result)
-            self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result)
+            self.applied.record(state.key, obj["kind"], obj["metadata"]["name"], sent, result, SentKeys.of(obj))
         if retry is not None:
             raise retry
         return taken

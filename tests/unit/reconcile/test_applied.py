@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from disagg.reconcile.applied import AppliedMemo, digest
+from disagg.reconcile.applied import AppliedMemo, SentKeys, digest
 
 OWNER = ("ns", "dd")
 
@@ -37,11 +37,15 @@ def workload(version: str = "1", generation: int = 1) -> dict[str, Any]:
     }
 
 
+SENT_KEYS = SentKeys.of(workload())
+"""The keys the operator sent: those of `workload()` (a label and an annotation)."""
+
+
 def memo_with(kind: str, applied: dict[str, Any]) -> tuple[AppliedMemo, Clock, str]:
     clock = Clock()
     memo = AppliedMemo(reapply_seconds=300.0, clock=clock)
     sent = digest(applied["spec"])
-    memo.record(OWNER, kind, "dd-decode", sent, applied)
+    memo.record(OWNER, kind, "dd-decode", sent, applied, SENT_KEYS)
     return memo, clock, sent
 
 
@@ -62,8 +66,10 @@ def test_a_workload_whose_controller_wrote_only_its_status_is_not_applied_again(
     "change",
     [
         pytest.param(lambda m: m.update(generation=2), id="spec changed (generation)"),
-        pytest.param(lambda m: m["labels"].update(x="y"), id="labels"),
-        pytest.param(lambda m: m["annotations"].pop("a"), id="annotations"),
+        pytest.param(lambda m: m["labels"].update({"disagg.dev/role": "prefill"}), id="our label's value"),
+        pytest.param(lambda m: m["labels"].pop("disagg.dev/role"), id="our label removed"),
+        pytest.param(lambda m: m["annotations"].pop("a"), id="our annotation removed"),
+        pytest.param(lambda m: m.update(annotations=None), id="every annotation removed"),
         pytest.param(lambda m: m.pop("ownerReferences"), id="owner references"),
     ],
 )
@@ -72,6 +78,25 @@ def test_a_new_version_that_changed_more_than_status_is_drift_to_repair(change: 
     live = copy.deepcopy(workload(version="2"))
     change(live["metadata"])
     assert not memo.unchanged(OWNER, "Deployment", "dd-decode", sent, live)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(
+            lambda m: m["annotations"].update({"deployment.kubernetes.io/revision": "1"}),
+            id="the Deployment controller's revision annotation",
+        ),
+        pytest.param(lambda m: m["labels"].update(team="ml"), id="someone else's label"),
+    ],
+)
+def test_a_workload_gaining_keys_the_operator_does_not_send_is_not_applied_again(change: Any) -> None:
+    """An apply would not touch another manager's keys, so they are no drift to repair (D251): the Deployment
+    controller's revision annotation used to cost every new Deployment a second apply and a status write."""
+    memo, _, sent = memo_with("Deployment", workload())
+    live = copy.deepcopy(workload(version="2"))
+    change(live["metadata"])
+    assert memo.unchanged(OWNER, "Deployment", "dd-decode", sent, live)
 
 
 def test_any_new_version_of_a_kind_without_a_controller_status_is_drift() -> None:
@@ -90,13 +115,13 @@ def test_everything_is_applied_again_once_the_reapply_period_has_passed() -> Non
 
 def test_dropping_a_child_or_an_owner_forgets_it() -> None:
     memo, _, sent = memo_with("Deployment", workload())
-    memo.record(OWNER, "Service", "dd", sent, workload())
+    memo.record(OWNER, "Service", "dd", sent, workload(), SENT_KEYS)
     memo.drop(OWNER, "Deployment", "dd-decode")
     assert not memo.unchanged(OWNER, "Deployment", "dd-decode", sent, workload())
     assert memo.unchanged(OWNER, "Service", "dd", sent, workload())
     memo.drop(OWNER)
     assert not memo.unchanged(OWNER, "Service", "dd", sent, workload())
-    memo.record(OWNER, "Service", "dd", sent, workload())
+    memo.record(OWNER, "Service", "dd", sent, workload(), SENT_KEYS)
     memo.clear()
     assert not memo.unchanged(OWNER, "Service", "dd", sent, workload())
 

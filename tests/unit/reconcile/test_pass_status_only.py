@@ -4,6 +4,7 @@ each report asks for a pass. Whatever else changed in a child (its spec, its lab
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -93,7 +94,7 @@ async def test_a_due_re_apply_is_not_skipped_by_a_status_only_change() -> None:
     h.reconciler.applied.reapply_seconds = 0.0
     for records in h.reconciler.applied._records.values():
         for child, record in list(records.items()):
-            records[child] = type(record)(record.sent, record.version, record.generation, record.metadata, 0.0)
+            records[child] = dataclasses.replace(record, until=0.0)
     h.settle(**{"m-prefill": 1})
     sent = len(applies(h.server))
     assert await h.reconcile() == "ok"
