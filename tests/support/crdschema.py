@@ -15,6 +15,8 @@ from typing import Any
 import celpy
 from openapi_schema_validator import OAS30Validator
 
+from disagg.api.defaults import apply_defaults as apply_defaults  # the operator's own, shared
+
 FORBIDDEN_KEYS = {
     "$ref",
     "$defs",
@@ -106,24 +108,6 @@ def undescribed_properties(schema: Mapping[str, Any], path: str = "") -> Iterato
     for key in ("items", "additionalProperties"):
         if isinstance(schema.get(key), Mapping):
             yield from undescribed_properties(schema[key], path)
-
-
-def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
-    """Fill defaults the way the API server does: parents first, then the properties of what exists."""
-    if isinstance(value, dict):
-        result = dict(value)
-        for name, child in schema.get("properties", {}).items():
-            if name not in result and "default" in child:
-                result[name] = deepcopy(child["default"])
-            if name in result:
-                result[name] = apply_defaults(child, result[name])
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, Mapping):
-            result = {key: apply_defaults(extra, item) for key, item in result.items()}
-        return result
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        return [apply_defaults(schema["items"], item) for item in value]
-    return value
 
 
 def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:

@@ -51,7 +51,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from disagg.names import KINDS, Kind
+from disagg.api.defaults import stored_status
+from disagg.names import DISAGG_DEPLOYMENT, KINDS, Kind
 from disagg.reconcile.kube import KubeError, Response
 
 Path = tuple[str, ...]
@@ -444,6 +445,8 @@ class FakeApiServer:
         entry = self._entry(self._served[kind], namespace, name)
         before = copy.deepcopy(entry.obj)
         entry.obj["status"] = copy.deepcopy(status)
+        if kind == DISAGG_DEPLOYMENT.name:
+            entry.obj["status"] = stored_status(entry.obj["status"])
         self._commit(self._served[kind], namespace, name, entry, before)
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -685,6 +688,8 @@ class FakeApiServer:
             entry.obj["status"] = _merge_patch(entry.obj.get("status"), body["status"])
             if entry.obj["status"] is None:
                 entry.obj.pop("status")
+        if kind.name == DISAGG_DEPLOYMENT.name and "status" in entry.obj:
+            entry.obj["status"] = stored_status(entry.obj["status"])  # the CRD's defaults, as kube-apiserver fills
         self._commit(kind, namespace, name, entry, before)
         return copy.deepcopy(entry.obj)
 

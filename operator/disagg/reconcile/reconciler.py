@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from disagg.api.defaults import stored_status
 from disagg.api.deployment import DisaggDeploymentSpec
 from disagg.api.validate import ValidationResult
 from disagg.health.pods import controller_uid, owned_pods, owned_replica_sets
@@ -760,9 +761,10 @@ class Reconciler:
         await self._record_events(owner, [*notices, *notices_for(report.transitions)])
 
     async def _write_status(self, owner: dict[str, Any], report: StatusReport) -> bool:
-        """Patch status when it changed. False when the DisaggDeployment is gone."""
+        """Patch status when it changed, as stored (with the CRD's defaults, D252). False when the DisaggDeployment
+        is gone."""
         previous = owner.get("status") or {}
-        if report.status == previous:
+        if stored_status(report.status) == previous:
             return True
         patch: dict[str, Any] = {key: None for key in previous if key not in report.status}
         patch.update(report.status)

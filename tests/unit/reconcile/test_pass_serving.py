@@ -435,7 +435,27 @@ async def test_off_mode_is_unknown_with_the_reason() -> None:
     serving = h.condition("Serving")
     assert (serving["status"], serving["reason"]) == ("Unknown", "CheckDisabled")
     assert h.status["phase"] == "Ready" and frontend.completions == 0
-    assert h.status["serving"] == {"mode": "Off", "method": "pairs"}
+    # As stored: the API server fills the CRD's defaults for the counts the operator leaves out.
+    assert h.status["serving"] == {"mode": "Off", "method": "pairs", **dict.fromkeys(SERVING_COUNTS, 0)}
+
+
+SERVING_COUNTS = ("pairs", "probed", "passing", "failing", "drained")
+
+
+async def test_a_settled_pass_with_the_check_off_writes_no_status() -> None:
+    """The status the pass computes omits what the CRD defaults (the check's counts): compared as stored (D252), a
+    pass that changes nothing sends nothing, where it used to send a status patch on every pass."""
+    document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: 'Off'}}")
+    h, _frontend, _clock = checked_harness(deployment_document(document))
+    await h.reconcile()
+    h.settle()
+    await h.reconcile()
+    await h.reconcile()
+    written = [r for r in h.server.requests if r.method == "PATCH" and r.path.endswith("/status")]
+    h.settle(**{"m-decode": 0})  # a report that changes the status
+    h.settle()  # and one that changes it back: the pass computes the status the DisaggDeployment already has
+    assert await h.reconcile() == "ok"
+    assert [r for r in h.server.requests if r.method == "PATCH" and r.path.endswith("/status")] == written
 
 
 async def test_no_frontend_pod_is_not_serving() -> None:
