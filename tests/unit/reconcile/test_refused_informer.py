@@ -139,7 +139,8 @@ async def test_a_refused_kind_is_reported_on_what_needs_it_and_the_rest_is_recon
         await until("pega is reconciled once the rule is granted", lambda: "DaemonSet" in operator.children(pega))
         await until("its status follows", lambda: operator.status(pega).get("observedGeneration") == 1)
         assert operator.degraded(pega)["reason"] != "AccessDenied"
-        assert operator.events(pega, "Recovered")
+        # Events follow the status they describe (Reconciler._publish): posted after it, so waited for.
+        await until("the recovery's event", lambda: bool(operator.events(pega, "Recovered")))
         assert refused_gauge() == 0
         assert operator.reconciler.refusals.blocking(["DaemonSet"], NAMESPACE) == []
     finally:
