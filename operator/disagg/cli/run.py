@@ -38,7 +38,7 @@ from ._inputs import FRONTEND_IMAGE_OPTION
 @click.option(
     "--workers",
     type=click.IntRange(1, 256),
-    default=16,
+    default=32,
     show_default=True,
     help="DisaggDeployments reconciled in parallel (each applies its independent children concurrently).",
 )

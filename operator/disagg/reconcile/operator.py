@@ -65,7 +65,7 @@ class RunOptions:
     namespaces: tuple[str, ...] = ()
     liveness_port: int | None = None
     metrics_port: int | None = None
-    workers: int = 16
+    workers: int = 32
     resync_seconds: float = 300.0
     reapply_seconds: float = 3600.0
     limits: Limits = Limits()
