@@ -156,7 +156,7 @@ def test_the_args_are_accepted_by_disagg_run() -> None:
     assert command == "run"  # the image's ENTRYPOINT is `disagg`
     assert "--all-namespaces" in options
     context = run.make_context("run", list(options))
-    assert context.params["workers"] == 16
+    assert context.params["workers"] == 32  # D253
     assert context.params["resync_seconds"] == 300
     assert context.params["all_namespaces"] is True
     assert CliRunner().invoke(run, ["--bogus"]).exit_code == 2  # make_context really parses
