@@ -143,9 +143,9 @@ class AppliedMemo:
         self, owner: OwnerKey, fingerprint: str, children: list[tuple[str, str, str, dict[str, Any], SentKeys]]
     ) -> bool:
         """Records for `children` ((kind, name, digest of what would be sent, live object, the label and annotation
-        keys it would send)), taken as applied when
-        `fingerprint` (another replica's, from status) is exactly what they give: each is at the version that
-        replica's apply returned, and would be sent the same. False, and nothing recorded, otherwise."""
+        keys it would send)), taken as applied when `fingerprint` (another replica's, from status) is exactly what
+        they give: each is at the version that replica's apply returned, and would be sent the same. False, and
+        nothing recorded, otherwise."""
         if self.knows(owner) or not children:
             return False
         candidate = digest(

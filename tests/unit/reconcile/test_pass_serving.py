@@ -426,6 +426,10 @@ async def test_report_mode_reports_serving_but_ready_means_pods() -> None:
     assert h.condition("Serving")["status"] == "False" and h.status["phase"] == "Ready"
 
 
+SERVING_COUNTS = ("pairs", "probed", "passing", "failing", "drained")
+"""The serving check's counts, which the CRD's status schema defaults to 0."""
+
+
 async def test_off_mode_is_unknown_with_the_reason() -> None:
     document = MINIMAL.replace("decode: {replicas: 1}", "decode: {replicas: 1}\n  serving: {check: {mode: 'Off'}}")
     h, frontend, _clock = checked_harness(deployment_document(document))
@@ -437,9 +441,6 @@ async def test_off_mode_is_unknown_with_the_reason() -> None:
     assert h.status["phase"] == "Ready" and frontend.completions == 0
     # As stored: the API server fills the CRD's defaults for the counts the operator leaves out.
     assert h.status["serving"] == {"mode": "Off", "method": "pairs", **dict.fromkeys(SERVING_COUNTS, 0)}
-
-
-SERVING_COUNTS = ("pairs", "probed", "passing", "failing", "drained")
 
 
 async def test_a_settled_pass_with_the_check_off_writes_no_status() -> None:
