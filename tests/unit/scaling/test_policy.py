@@ -1061,3 +1061,28 @@ def test_k_relaxes_only_after_a_calm_stretch_on_on_off_traffic() -> None:
     assert k_after(Tuning(queue_factor_calm_s=0.0), 80) < 1.5
     calm = Tuning(queue_factor_calm_s=300.0)
     assert k_after(calm, 80) == pytest.approx(k_after(calm, 8)) and k_after(calm, 8) > 2.0
+
+
+def _prefill_after(tuning: Tuning, clumped: bool) -> float:
+    """Prefill's need after ten minutes of the same mean load (10 req/s of 2k-token prompts), arriving evenly or in
+    clumps: every fourth window gets 40 req/s, the others none."""
+    config = config_from_spec(make_spec())
+    state: PolicyState | None = None
+    decision: Decision | None = None
+    for i in range(41):
+        rps = (40.0 if i % 4 == 0 else 0.0) if clumped else 10.0
+        obs = Observation(prefill=prefill_snap(i * INTERVAL, ready=2, rps=rps), decode=decode_snap(i * INTERVAL))
+        decision = decide(config, obs, state, i * INTERVAL, tuning)
+        state = decision.state
+    assert decision is not None and decision.prefill is not None and decision.prefill.need is not None
+    return decision.prefill.need
+
+
+def test_clumped_arrivals_get_headroom_to_clear_a_clump_within_the_target() -> None:
+    on = replace(Tuning(), clump_headroom=1.0)
+    # Even arrivals: dispersion near zero, the clump term does not bind, the model's need is unchanged.
+    assert _prefill_after(on, clumped=False) == pytest.approx(_prefill_after(Tuning(), clumped=False))
+    # The same mean load in clumps: the window that holds a clump shows 40 req/s x 2k tokens; the model sizes it at
+    # its utilisation bound, the clump rule adds the tokens of a clump cleared within the 1 s target.
+    plain, clump = _prefill_after(Tuning(), clumped=True), _prefill_after(on, clumped=True)
+    assert clump > plain + 1.0

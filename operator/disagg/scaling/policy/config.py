@@ -134,6 +134,22 @@ class Tuning:
     itl_aim_max: float = 0.7
     """The aim only ever gets more careful than the prior margin: raised toward the target on a calm tail, it took
     decode to the edge of a cliff (one replica fewer broke the target) on a steady load."""
+    dispersion_queue_factor: float = 0.0
+    """Floor k at this multiple of the arrivals' dispersion over the last `dispersion_window_s` (0 turns it off):
+    the mean squared change of the computed prompt tokens between consecutive windows, over twice the mean
+    window's tokens times the mean uncached prompt (about ca^2 + cs^2, Kingman's burstiness; 1-2 on Poisson
+    arrivals, 20-40 on bursty's Gamma CV 3 arrivals and spikes). Read from the arrivals, not from the TTFT tail,
+    so it holds where the tail rule cannot learn: on-off and clumped traffic, whose windows are rarely
+    stationary. Differences of consecutive windows, not the variance around the mean, so a slow trend or a step
+    of the level (diurnal, a phase change) counts once, not for the whole window."""
+    clump_headroom: float = 0.0
+    """Size prefill for its load plus a clump of this many times the arrivals' dispersion (in mean computed
+    prompts; see `dispersion_queue_factor`) cleared within the TTFT target (0 turns it off): the wait of a batch
+    arrival, which a window's mean utilisation does not show. With Gamma CV 3 arrivals (bursty) requests come in
+    clumps of tens of prompts, and 3 prefill replicas at 35% utilisation broke a 2.5 s TTFT p90."""
+    dispersion_window_s: float = 600.0
+    dispersion_min_windows: int = 8
+    """...from at least this many consecutive pairs of windows."""
     stationary_change: float = 0.25
     """A window is stationary when its load moved less than this share since the last evaluation."""
 

@@ -10,7 +10,7 @@ from disagg.scaling.snapshot import PoolSnapshot, share_above
 
 from .config import PolicyConfig, Tuning
 from .proposal import Proposal, feedback_need
-from .state import PolicyState, PoolMemory, ewma, stationary
+from .state import PolicyState, PoolMemory, Recommendation, ewma, stationary
 
 
 def learn_prefill(
@@ -107,6 +107,36 @@ def learned_queue_factor(state: PolicyState, tuning: Tuning) -> float:
     return state.queue_factor if state.queue_factor is not None else tuning.queue_factor_prior
 
 
+def arrival_dispersion(
+    history: tuple[Recommendation, ...], snap: PoolSnapshot, interval_s: float, tuning: Tuning
+) -> tuple[float, float] | None:
+    """The arrivals' dispersion over the last `dispersion_window_s` (Tuning.dispersion_queue_factor): the mean
+    squared change of the computed prompt tokens between consecutive windows, over twice the mean window's tokens
+    times the mean computed prompt. For a renewal process that is about ca^2 + cs^2 (Kingman's burstiness: the
+    count's index of dispersion plus the prompt lengths' squared coefficient of variation), 1-2 for Poisson
+    arrivals. Consecutive differences, not the variance around the mean, so a trend or a step of the level adds
+    one term, not one per window. Returned with the mean computed prompt (tokens); None without enough consecutive
+    windows or without traffic."""
+    points = [(r.at, r.load, r.requests) for r in history if r.at > snap.taken_at - tuning.dispersion_window_s]
+    points.append((snap.taken_at, snap.uncached_prompt_token_rate, snap.request_rate))
+    tokens, requests, squares, pairs = 0.0, 0.0, 0.0, 0
+    previous: tuple[float, float] | None = None
+    for at, load, rate in points:
+        if load is None or rate is None:
+            previous = None
+            continue
+        window = load * interval_s
+        tokens, requests = tokens + window, requests + rate * interval_s
+        if previous is not None and at - previous[0] <= 1.5 * interval_s:
+            squares, pairs = squares + (window - previous[1]) ** 2, pairs + 1
+        previous = (at, window)
+    if pairs < tuning.dispersion_min_windows or tokens <= 0 or requests <= 0:
+        return None
+    windows = sum(1 for _, load, rate in points if load is not None and rate is not None)
+    mean_window, mean_prompt = tokens / windows, tokens / requests
+    return squares / pairs / 2.0 / (mean_window * mean_prompt), mean_prompt
+
+
 def queue_wait(k: float, rho: float, replicas: int, mean_s: float) -> float:
     """p90 wait in front of `replicas` servers at utilisation rho: Sakasegawa's G/G/n approximation
     k * S * rho^(sqrt(2(n+1)) - 1) / (2 n (1 - rho)). At n = 1 it is the M/D/1 mean wait times k (Kingman's
@@ -161,8 +191,14 @@ def propose_prefill(
     pending = snap.starting_replicas > 0
     backlog = 0.0 if pending else (snap.waiting_requests or 0.0) * mean_prompt / tuning.backlog_drain_s
     planned = demand + backlog
+    k = learned_queue_factor(state, tuning)
+    measured = None
+    if tuning.dispersion_queue_factor > 0 or tuning.clump_headroom > 0:
+        measured = arrival_dispersion(memory.history, snap, config.interval_s, tuning)
+    dispersion = None if measured is None else measured[0]
+    if dispersion is not None and tuning.dispersion_queue_factor > 0:
+        k = min(max(k, tuning.dispersion_queue_factor * dispersion), tuning.queue_factor_max)
     if times is not None:
-        k = learned_queue_factor(state, tuning)
         need, rho = prefill_need(planned, capacity, target, times, k, config.prefill.max_replicas, tuning)
         sustained = prefill_need(demand, capacity, target, times, k, config.prefill.max_replicas, tuning)[0]
     else:
@@ -171,8 +207,17 @@ def propose_prefill(
         sustained = demand / (rho * capacity)
     why = (
         f"prefill {demand:.0f} tok/s (+{backlog:.0f} backlog) at capacity {capacity:.0f} tok/s/replica, "
-        f"target utilisation {rho:.2f} (queueing factor {learned_queue_factor(state, tuning):.1f})"
+        f"target utilisation {rho:.2f} (queueing factor {k:.1f}"
+        + (")" if dispersion is None else f", arrivals' dispersion {dispersion:.1f})")
     )
+    if measured is not None and tuning.clump_headroom > 0:
+        # Headroom to clear a clump of arrivals within the target on top of the load (a batch arrival's wait, which
+        # the window's mean utilisation does not show: bursty's base load broke the TTFT of 3 replicas at 35%).
+        clump = tuning.clump_headroom * measured[0] * measured[1] / target
+        clumped = (demand + clump) / capacity
+        if clumped > need:
+            need, sustained = clumped, max(sustained, clumped)
+            why += f"; headroom for a clump of {clump * target:.0f} tokens within the target"
     fb = feedback_need(memory, snap, (snap.ttft_p90_s or 0.0) / target, tuning)
     # In P/D a request's first token also waits for a decode slot: with decode queueing, the broken TTFT is
     # decode's to fix, and more prefill would only queue more KV in front of it.
