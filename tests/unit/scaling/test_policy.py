@@ -130,8 +130,9 @@ def test_scale_up_is_limited_by_max_step() -> None:
     assert replicas(decision)[0] == 3
 
 
-NO_BURST_HOLD = Tuning(burst_hold_windows=1.0)
-"""A 3x step in one interval counts as a burst; these tests are about the plain scaleDown window."""
+NO_BURST_HOLD = Tuning(burst_hold_windows=1.0, clump_headroom=0.0)
+"""A 3x step in one interval counts as a burst, and its edges as a clump; these tests are about the plain scaleDown
+window."""
 
 
 def test_scale_down_waits_for_the_stabilization_window_then_steps_by_one() -> None:
@@ -361,7 +362,9 @@ def test_decode_batch_is_capped_by_the_engines_max_num_seqs() -> None:
     assert "64 per replica" in capped.decode.reason
 
 
-FIXED_HOLD = Tuning(burst_hold_adaptive=False, burst_hold_windows=3.0)
+FIXED_HOLD = Tuning(burst_hold_adaptive=False, burst_hold_windows=3.0, clump_headroom=0.0)
+"""A fixed hold, and no clump headroom (a one-window spike's edges are a clump to it): these tests are about the
+hold."""
 STEP_BURSTS = Tuning(
     burst_episode_windows=0.0, burst_gap_quantile=0.5, burst_gap_factor=1.25, burst_hold_windows=3.0, learn_floor=False
 )
@@ -1079,10 +1082,10 @@ def _prefill_after(tuning: Tuning, clumped: bool) -> float:
 
 
 def test_clumped_arrivals_get_headroom_to_clear_a_clump_within_the_target() -> None:
-    on = replace(Tuning(), clump_headroom=1.0)
+    on, off = replace(Tuning(), clump_headroom=1.0), replace(Tuning(), clump_headroom=0.0)
     # Even arrivals: dispersion near zero, the clump term does not bind, the model's need is unchanged.
-    assert _prefill_after(on, clumped=False) == pytest.approx(_prefill_after(Tuning(), clumped=False))
+    assert _prefill_after(on, clumped=False) == pytest.approx(_prefill_after(off, clumped=False))
     # The same mean load in clumps: the window that holds a clump shows 40 req/s x 2k tokens; the model sizes it at
     # its utilisation bound, the clump rule adds the tokens of a clump cleared within the 1 s target.
-    plain, clump = _prefill_after(Tuning(), clumped=True), _prefill_after(on, clumped=True)
+    plain, clump = _prefill_after(off, clumped=True), _prefill_after(on, clumped=True)
     assert clump > plain + 1.0

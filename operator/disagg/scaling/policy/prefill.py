@@ -119,7 +119,8 @@ def arrival_dispersion(
     windows or without traffic."""
     points = [(r.at, r.load, r.requests) for r in history if r.at > snap.taken_at - tuning.dispersion_window_s]
     points.append((snap.taken_at, snap.uncached_prompt_token_rate, snap.request_rate))
-    tokens, requests, squares, pairs = 0.0, 0.0, 0.0, 0
+    tokens, requests = 0.0, 0.0
+    changes: list[float] = []
     previous: tuple[float, float] | None = None
     for at, load, rate in points:
         if load is None or rate is None:
@@ -128,13 +129,16 @@ def arrival_dispersion(
         window = load * interval_s
         tokens, requests = tokens + window, requests + rate * interval_s
         if previous is not None and at - previous[0] <= 1.5 * interval_s:
-            squares, pairs = squares + (window - previous[1]) ** 2, pairs + 1
+            changes.append((window - previous[1]) ** 2)
         previous = (at, window)
-    if pairs < tuning.dispersion_min_windows or tokens <= 0 or requests <= 0:
+    if len(changes) < tuning.dispersion_min_windows or tokens <= 0 or requests <= 0:
         return None
+    # The largest change left out: one step of the level (a load step, a spike's first edge) is a new level, not
+    # a clump; clumped arrivals change the load at many windows, and lose little by it.
+    squares = sum(changes) - max(changes)
     windows = sum(1 for _, load, rate in points if load is not None and rate is not None)
     mean_window, mean_prompt = tokens / windows, tokens / requests
-    return squares / pairs / 2.0 / (mean_window * mean_prompt), mean_prompt
+    return squares / (len(changes) - 1) / 2.0 / (mean_window * mean_prompt), mean_prompt
 
 
 def queue_wait(k: float, rho: float, replicas: int, mean_s: float) -> float:
