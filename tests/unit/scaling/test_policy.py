@@ -1089,3 +1089,12 @@ def test_clumped_arrivals_get_headroom_to_clear_a_clump_within_the_target() -> N
     # its utilisation bound, the clump rule adds the tokens of a clump cleared within the 1 s target.
     plain, clump = _prefill_after(off, clumped=True), _prefill_after(on, clumped=True)
     assert clump > plain + 1.0
+
+
+def test_a_load_step_is_not_a_clump() -> None:
+    # One change of level (10 -> 60 req/s) is a new load, not clumped arrivals: the clump rule adds nothing, and the
+    # step gets the 4 replicas the queueing model sizes it at.
+    run = Run(make_spec(), replace(Tuning(), clump_headroom=1.0))
+    run.steady(10)
+    decision = run.step(prefill_snap(run.now, rps=60.0, ttft=0.4), decode_snap(run.now, kv=0.7, running=200))
+    assert replicas(decision)[0] == 4 and decision.prefill is not None and "clump" not in decision.prefill.reason
