@@ -147,8 +147,8 @@ class Tuning:
     prompts; see `dispersion_queue_factor`) cleared within the TTFT target (0 turns it off): the wait of a batch
     arrival, which a window's mean utilisation does not show. With Gamma CV 3 arrivals (bursty) requests come in
     clumps of tens of prompts, and 3 prefill replicas at 35% utilisation broke a 2.5 s TTFT p90. 1.0 chosen on the
-    tuning set (bursty +2.6 to +3.4 points of windows over 27 seeds for +1-2% GPU-hours, the other four within
-    noise; 1.5 and 2.0 cost steady and diurnal), then replayed once on the held-out set (docs/autoscaling.md,
+    tuning set (bursty +2.3 points of windows over 30 seeds for +0.7% GPU-hours, the other four within noise;
+    1.5 and 2.0 cost steady 3% and 8%), then replayed once on the held-out set (docs/autoscaling.md,
     "Prefill sized for clumps")."""
     dispersion_window_s: float = 600.0
     dispersion_min_windows: int = 8
