@@ -138,17 +138,17 @@ class Tuning:
     """Floor k at this multiple of the arrivals' dispersion over the last `dispersion_window_s` (0 turns it off):
     the mean squared change of the computed prompt tokens between consecutive windows, over twice the mean
     window's tokens times the mean uncached prompt (about ca^2 + cs^2, Kingman's burstiness; 1-2 on Poisson
-    arrivals, 20-40 on bursty's Gamma CV 3 arrivals and spikes). Read from the arrivals, not from the TTFT tail,
-    so it holds where the tail rule cannot learn: on-off and clumped traffic, whose windows are rarely
-    stationary. Differences of consecutive windows, not the variance around the mean, so a slow trend or a step
-    of the level (diurnal, a phase change) counts once, not for the whole window."""
+    arrivals, 9-13 on bursty's Gamma CV 3 arrivals, 17-29 in code_onoff's on-periods). Read from the arrivals,
+    not from the TTFT tail, so it holds where the tail rule cannot learn: on-off and clumped traffic, whose
+    windows are rarely stationary. Differences of consecutive windows, not the variance around the mean, so a
+    slow trend (diurnal) adds little, and without the largest one, so a step of the level adds nothing."""
     clump_headroom: float = 1.0
     """Size prefill for its load plus a clump of this many times the arrivals' dispersion (in mean computed
     prompts; see `dispersion_queue_factor`) cleared within the TTFT target (0 turns it off): the wait of a batch
     arrival, which a window's mean utilisation does not show. With Gamma CV 3 arrivals (bursty) requests come in
     clumps of tens of prompts, and 3 prefill replicas at 35% utilisation broke a 2.5 s TTFT p90. 1.0 chosen on the
     tuning set (bursty +2.3 points of windows over 30 seeds for +0.7% GPU-hours, the other four within noise;
-    1.5 and 2.0 cost steady 3% and 8%), then replayed once on the held-out set (docs/autoscaling.md,
+    1.5 and 2.0 cost steady 3% and 8%), then replayed on the held-out set (docs/autoscaling.md,
     "Prefill sized for clumps")."""
     dispersion_window_s: float = 600.0
     dispersion_min_windows: int = 8

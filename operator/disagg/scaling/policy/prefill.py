@@ -114,9 +114,9 @@ def arrival_dispersion(
     squared change of the computed prompt tokens between consecutive windows, over twice the mean window's tokens
     times the mean computed prompt. For a renewal process that is about ca^2 + cs^2 (Kingman's burstiness: the
     count's index of dispersion plus the prompt lengths' squared coefficient of variation), 1-2 for Poisson
-    arrivals. Consecutive differences, not the variance around the mean, so a trend or a step of the level adds
-    one term, not one per window. Returned with the mean computed prompt (tokens); None without enough consecutive
-    windows or without traffic."""
+    arrivals. Consecutive differences, not the variance around the mean, so a trend adds little, and the largest
+    change is left out, so one step of the level adds nothing. Returned with the mean computed prompt (tokens);
+    None without enough consecutive windows or without traffic."""
     points = [(r.at, r.load, r.requests) for r in history if r.at > snap.taken_at - tuning.dispersion_window_s]
     points.append((snap.taken_at, snap.uncached_prompt_token_rate, snap.request_rate))
     tokens, requests = 0.0, 0.0
