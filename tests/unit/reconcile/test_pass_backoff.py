@@ -180,7 +180,9 @@ async def test_the_running_worker_comes_back_after_a_failure_and_converges() -> 
     h.reconciler.request(h.key)
     try:
         async with asyncio.timeout(10):
-            while (h.owner().get("status") or {}).get("phase") != "Pending":
+            # The status is written before the pass ends (its events go out after it), and the queue forgets the
+            # failures only when the pass returns: wait for both, or the worker can be stopped in between.
+            while (h.owner().get("status") or {}).get("phase") != "Pending" or h.reconciler.queue.failures(h.key):
                 await asyncio.sleep(0.01)
     finally:
         stop.set()
