@@ -5,7 +5,8 @@ No I/O, no clock, no randomness: time comes in as `now`, everything the policy r
 
 * prefill is sized so the queue in front of it keeps TTFT p90 under target: per-replica capacity C (tokens/s,
   measured), a target utilisation rho*(n) from a G/G/n waiting-time tail with a learned burstiness factor k,
-  N_p = lambda_tokens / (rho* C), never at or below a count found too small;
+  N_p = lambda_tokens / (rho* C), never at or below a count found too small, and at least enough to clear a
+  clump of arrivals (sized by their measured dispersion) within the target;
 * decode by Little's law on generated tokens: ITL p90 = a + b*KV usage + c*batch/maxNumSeqs fitted online (a
   fixed, a per-KV-token and a per-sequence cost), the batch per replica where that meets the ITL target, and
   N_d = tokens/s * ITL* / batch with square-root headroom;

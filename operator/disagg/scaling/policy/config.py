@@ -137,7 +137,7 @@ class Tuning:
     dispersion_queue_factor: float = 0.0
     """Floor k at this multiple of the arrivals' dispersion over the last `dispersion_window_s` (0 turns it off):
     the mean squared change of the computed prompt tokens between consecutive windows, over twice the mean
-    window's tokens times the mean uncached prompt (about ca^2 + cs^2, Kingman's burstiness; 1-2 on Poisson
+    window's tokens times the mean computed prompt (about ca^2 + cs^2, Kingman's burstiness; 1-2 on Poisson
     arrivals, 9-13 on bursty's Gamma CV 3 arrivals, 17-29 in code_onoff's on-periods). Read from the arrivals,
     not from the TTFT tail, so it holds where the tail rule cannot learn: on-off and clumped traffic, whose
     windows are rarely stationary. Differences of consecutive windows, not the variance around the mean, so a
@@ -244,6 +244,11 @@ class Tuning:
     down_sensitivity: float = 0.85
     """Scale down only if observed latency is below this share of the target."""
     stale_after_intervals: float = 3.0
+
+    @property
+    def reads_dispersion(self) -> bool:
+        """Whether a rule reads the arrivals' dispersion (and so the pool keeps `dispersion_window_s` of history)."""
+        return self.dispersion_queue_factor > 0 or self.clump_headroom > 0
 
 
 @dataclass(frozen=True, slots=True)

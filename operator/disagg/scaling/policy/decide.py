@@ -176,8 +176,7 @@ def _remember(
             floor, floor_at, floor_load = final.previous + 1, now, proposal.load
     if proposal.need is not None:
         reserve_s = tuning.reserve_window_s if tuning.reserve_quantile > 0 else 0.0
-        dispersed = tuning.dispersion_queue_factor > 0 or tuning.clump_headroom > 0
-        dispersion_s = tuning.dispersion_window_s if dispersed else 0.0
+        dispersion_s = tuning.dispersion_window_s if tuning.reads_dispersion else 0.0
         keep_after = now - max(
             config.down_window_s * max(tuning.burst_hold_windows, 1.0), config.up_window_s, reserve_s, dispersion_s
         )

@@ -119,7 +119,7 @@ def arrival_dispersion(
     None without enough consecutive windows or without traffic."""
     points = [(r.at, r.load, r.requests) for r in history if r.at > snap.taken_at - tuning.dispersion_window_s]
     points.append((snap.taken_at, snap.uncached_prompt_token_rate, snap.request_rate))
-    tokens, requests = 0.0, 0.0
+    tokens, requests, windows = 0.0, 0.0, 0
     changes: list[float] = []
     previous: tuple[float, float] | None = None
     for at, load, rate in points:
@@ -127,7 +127,7 @@ def arrival_dispersion(
             previous = None
             continue
         window = load * interval_s
-        tokens, requests = tokens + window, requests + rate * interval_s
+        tokens, requests, windows = tokens + window, requests + rate * interval_s, windows + 1
         if previous is not None and at - previous[0] <= 1.5 * interval_s:
             changes.append((window - previous[1]) ** 2)
         previous = (at, window)
@@ -136,7 +136,6 @@ def arrival_dispersion(
     # The largest change left out: one step of the level (a load step, a spike's first edge) is a new level, not
     # a clump; clumped arrivals change the load at many windows, and lose little by it.
     squares = sum(changes) - max(changes)
-    windows = sum(1 for _, load, rate in points if load is not None and rate is not None)
     mean_window, mean_prompt = tokens / windows, tokens / requests
     return squares / (len(changes) - 1) / 2.0 / (mean_window * mean_prompt), mean_prompt
 
@@ -196,10 +195,8 @@ def propose_prefill(
     backlog = 0.0 if pending else (snap.waiting_requests or 0.0) * mean_prompt / tuning.backlog_drain_s
     planned = demand + backlog
     k = learned_queue_factor(state, tuning)
-    measured = None
-    if tuning.dispersion_queue_factor > 0 or tuning.clump_headroom > 0:
-        measured = arrival_dispersion(memory.history, snap, config.interval_s, tuning)
-    dispersion = None if measured is None else measured[0]
+    measured = arrival_dispersion(memory.history, snap, config.interval_s, tuning) if tuning.reads_dispersion else None
+    dispersion, clump_prompt = measured if measured is not None else (None, 0.0)
     if dispersion is not None and tuning.dispersion_queue_factor > 0:
         k = min(max(k, tuning.dispersion_queue_factor * dispersion), tuning.queue_factor_max)
     if times is not None:
@@ -214,10 +211,10 @@ def propose_prefill(
         f"target utilisation {rho:.2f} (queueing factor {k:.1f}"
         + (")" if dispersion is None else f", arrivals' dispersion {dispersion:.1f})")
     )
-    if measured is not None and tuning.clump_headroom > 0:
+    if dispersion is not None and tuning.clump_headroom > 0:
         # Headroom to clear a clump of arrivals within the target on top of the load (a batch arrival's wait, which
         # the window's mean utilisation does not show: bursty's base load broke the TTFT of 3 replicas at 35%).
-        clump = tuning.clump_headroom * measured[0] * measured[1] / target
+        clump = tuning.clump_headroom * dispersion * clump_prompt / target
         clumped = (demand + clump) / capacity
         if clumped > need:
             need, sustained = clumped, max(sustained, clumped)
