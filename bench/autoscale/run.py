@@ -194,7 +194,8 @@ def replay_job(job: Job) -> float:
         result = sim.replay(trace, npz, *policies.INITIAL, planner_config=config)
     else:
         ours = policies.Ours(policies.tuned(**params.get("tuning", {})), **params.get("scaling", {}))
-        result = sim.replay(trace, npz, *policies.INITIAL, policy=ours)
+        startup = float(params.get("startup_s", sim.STARTUP_S))
+        result = sim.replay(trace, npz, *policies.INITIAL, policy=ours, startup_s=startup)
     wall = time.time() - started
     _save_replay(job, result, wall)
     return wall
