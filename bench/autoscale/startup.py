@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def study(startups: list[float], seeds: tuple[int, ...], parallel: int) -> dict[
     out: dict[str, Any] = {"startups_s": startups, "seeds": list(seeds), "workloads": {}}
     for name in names:
         found = run.sweeps(name, seeds, parallel)
-        sweeps = [run.asdict(f) for f in found]
+        sweeps = [asdict(f) for f in found]
         rows = []
         for startup in startups:
             policy = ours_at(name, seeds[0], startup).policy
