@@ -28,11 +28,14 @@ import sim  # noqa: E402
 import workloads  # noqa: E402
 
 
+def label_at(startup_s: float) -> str:
+    """No label at the default start-up (the table's own replays); a variant of ours of its own at any other."""
+    return "" if startup_s == sim.STARTUP_S else f"startup{startup_s:g}"
+
+
 def ours_at(workload: str, seed: int, startup_s: float) -> run.Job:
-    """The table's own replay at the default start-up; a replay of its own at any other."""
-    if startup_s == sim.STARTUP_S:
-        return run.ours_job(workload, seed, "", {})
-    return run.ours_job(workload, seed, f"startup{startup_s:g}", {"startup_s": startup_s})
+    params = {"startup_s": startup_s} if label_at(startup_s) else {}
+    return run.ours_job(workload, seed, label_at(startup_s), params)
 
 
 def study(startups: list[float], seeds: tuple[int, ...], parallel: int) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def study(startups: list[float], seeds: tuple[int, ...], parallel: int) -> dict[
         rows = []
         for startup in startups:
             policy = ours_at(name, seeds[0], startup).policy
-            mine = [r for r in records if r["job"]["workload"] == name and r["job"]["policy"] == policy]
+            mine = [r for r in records if (r["job"]["workload"], r["job"]["policy"]) == (name, policy)]
             summary = report.summarise(mine)
             entry = {"sweeps": sweeps, "oracle": [baselines.oracle_costs(f, startup_s=startup) for f in found]}
             at = report.oracle(entry, summary["attainment"]["mean"])
