@@ -104,8 +104,8 @@ class Tuning:
     """Leave windows with a decode queue or KV past the ceiling out of the fit."""
     concurrency_z: float = 1.0
     """Square-root staffing: extra decode capacity of z * sqrt(concurrency) absorbs Poisson fluctuation. Not a
-    second count of the aim's margin: at 0.5 and 0 decode came down too far before mix_shift's switches to long
-    outputs (94.1% and 91.1% of windows, D258)."""
+    second count of the aim's margin: at 0.5 and 0 decode was short through the first minutes of mix_shift's
+    switches to long outputs (94.1% and 91.1% of windows, D258)."""
     max_batch: float = 256.0
     """vLLM's default max_num_seqs, used when the spec does not set one: a replica never runs more sequences."""
 
