@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,8 @@ class Job:
     """'ours[-label]', 'hpa-...', 'planner-...', 'static-PxD'."""
     params: str = "{}"
     """JSON of what the policy id alone does not say (tuning overrides, planner config)."""
+    router: str = field(default_factory=lambda: ROUTER)
+    """The simulated frontend's worker choice (sim.ROUTER_MODE; --router)."""
 
     @property
     def key(self) -> str:
@@ -104,7 +106,10 @@ class Job:
             warmup = trace_digest(self.workload, self.seed + workloads.WARMUP_SEED_OFFSET)
         else:
             warmup = ""
-        raw = json.dumps([self.policy, self.params, trace_digest(self.workload, self.seed), warmup, keys[kind]])
+        parts: list[str] = [self.policy, self.params, trace_digest(self.workload, self.seed), warmup, keys[kind]]
+        if self.router != sim.ROUTER_MODE:
+            parts.append(self.router)
+        raw = json.dumps(parts)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     @property
@@ -185,17 +190,17 @@ def replay_job(job: Job) -> float:
     params = json.loads(job.params)
     if job.policy.startswith("static-"):
         p, d = (int(x) for x in job.policy.removeprefix("static-").split("x"))
-        result = sim.replay(trace, npz, p, d)
+        result = sim.replay(trace, npz, p, d, router_mode=job.router)
     elif job.policy.startswith("hpa"):
-        result = sim.replay(trace, npz, *policies.INITIAL, policy=policies.Hpa(**params))
+        result = sim.replay(trace, npz, *policies.INITIAL, policy=policies.Hpa(**params), router_mode=job.router)
     elif job.policy.startswith("planner"):
         warmup = str(trace_path(job.workload, job.seed + workloads.WARMUP_SEED_OFFSET))
         config = baselines.planner_config(**params, profile_dir=str(sim.profile_dir(CACHE)), warmup_trace=warmup)
-        result = sim.replay(trace, npz, *policies.INITIAL, planner_config=config)
+        result = sim.replay(trace, npz, *policies.INITIAL, planner_config=config, router_mode=job.router)
     else:
         ours = policies.Ours(policies.tuned(**params.get("tuning", {})), **params.get("scaling", {}))
         startup = float(params.get("startup_s", sim.STARTUP_S))
-        result = sim.replay(trace, npz, *policies.INITIAL, policy=ours, startup_s=startup)
+        result = sim.replay(trace, npz, *policies.INITIAL, policy=ours, startup_s=startup, router_mode=job.router)
     wall = time.time() - started
     _save_replay(job, result, wall)
     return wall
@@ -234,6 +239,9 @@ def _execute_logged(job: Job) -> dict[str, Any]:
         )
     return record
 
+
+ROUTER = sim.ROUTER_MODE
+"""--router: the simulated frontend's worker choice for every job of this run."""
 
 CACHED_ONLY = False
 """--cached-only: report the autoscalers' replays already in the cache and run none of theirs (static sweeps still
@@ -349,9 +357,16 @@ def main() -> None:
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument("--cached-only", action="store_true", help="run no autoscaler replay; report the cached ones")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--router",
+        default=sim.ROUTER_MODE,
+        choices=[sim.ROUTER_MODE, "round_robin"],
+        help="round_robin: reproducible replays for comparing variants (not the benchmark's figures; no report)",
+    )
     args = parser.parse_args()
-    global CACHED_ONLY
+    global CACHED_ONLY, ROUTER
     CACHED_ONLY = args.cached_only
+    ROUTER = args.router
     names = [n for n in args.workloads.split(",") if n] or workloads.names(args.split)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     only = set(filter(None, args.only.split(","))) or {"ours", "hpa", "planner", "static"}
@@ -388,10 +403,11 @@ def main() -> None:
                 entry["static_at_ours"] = static_at(name, seeds, found, min(level, ATTAINMENT_TARGET), args.jobs)
         results["workloads"][name] = entry
     print(f"done in {time.time() - started:.0f} s", flush=True)
-    summary = CACHE / "summary" / f"{args.split}-{args.label or 'ours'}.json"
+    router = "" if ROUTER == sim.ROUTER_MODE else f"-{ROUTER}"
+    summary = CACHE / "summary" / f"{args.split}-{args.label or 'ours'}{router}.json"
     summary.parent.mkdir(parents=True, exist_ok=True)
     summary.write_text(json.dumps(results))
-    if not args.no_report:
+    if not args.no_report and not router:
         import report
 
         report.write(args.out, results, label=args.label)

@@ -38,6 +38,14 @@ ITL_SLO_MS = 100.0
 inter_token_latency_seconds has 0.1): a window's p90 read with histogram_quantile from those histograms is within
 the target exactly when at least 90% of its observations are, so the evaluation's verdict is the one an operator's
 alert on vLLM's own metrics would give."""
+ROUTER_MODE = "kv_router"
+"""How the simulated frontend picks a worker: Dynamo's KV router, as deployments run it. It breaks ties between
+equally loaded workers with an unseeded random draw (`rand::rng()` in the selector), so two replays of the same
+policy on the same trace differ a little, and a policy's feedback loop turns that into a window or so of
+attainment and a few percent of GPU-hours. "round_robin" is bit-for-bit reproducible (checked: the same
+per-request latencies and the same decisions in two replays) but balances no load, so its figures are not the
+benchmark's; `run.py --router round_robin` uses it to compare two variants of a policy on the same replay, where
+any difference is the variant's own."""
 MAX_REPLICAS = 8
 MAX_GPUS = 16
 MAX_MODEL_LEN = 16384
@@ -110,13 +118,13 @@ class Replay:
     decisions: list[tuple[float, int | None, int | None, str]] = field(default_factory=list)
 
 
-def _common(npz: Path, prefill: int, decode: int, startup_s: float) -> dict[str, Any]:
+def _common(npz: Path, prefill: int, decode: int, startup_s: float, router_mode: str) -> dict[str, Any]:
     return {
         "prefill_engine_args": engine_args("prefill", npz, startup_s),
         "decode_engine_args": engine_args("decode", npz, startup_s),
         "num_prefill_workers": prefill,
         "num_decode_workers": decode,
-        "router_mode": "kv_router",
+        "router_mode": router_mode,
         "trace_block_size": 512,
         "sla_ttft_ms": TTFT_SLO_MS,
         "sla_itl_ms": ITL_SLO_MS,
@@ -132,6 +140,7 @@ def replay(
     policy: Policy | None = None,
     planner_config: dict[str, Any] | None = None,
     startup_s: float = STARTUP_S,
+    router_mode: str = ROUTER_MODE,
 ) -> Replay:
     samples: list[dict[str, Any]] = []
 
@@ -140,7 +149,7 @@ def replay(
         if policy is not None:
             policy.on_telemetry(sample)
 
-    common = _common(npz, prefill, decode, startup_s)
+    common = _common(npz, prefill, decode, startup_s, router_mode)
     if planner_config is not None:
         from dynamo.replay import run_trace_replay
         from dynamo.replay.api import TelemetryOptions
