@@ -6,7 +6,8 @@ needs. Replays missing from run.py's cache are run first (the same cache and key
 python:
     python bench/autoscale/compare.py --label NAME --tuning '{"field": value}' [--workloads bursty] [--seeds 1-30]
 Prints, per workload, both means and the paired difference (variant minus default) of attainment, GPU-hours and
-reversals/h with its standard error; a difference of at least two standard errors is marked, the rest is noise.
+reversals/h with its standard error (lost requests, if any, beside the means); a difference of at least two
+standard errors is marked, the rest is noise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 import run  # noqa: E402
 import sim  # noqa: E402
 import workloads  # noqa: E402
@@ -65,8 +67,8 @@ def seed_list(text: str) -> tuple[int, ...]:
 
 def compare(names: list[str], seeds: tuple[int, ...], label: str, params: dict[str, Any], jobs: int) -> list[str]:
     lines = [
-        f"variant `{label}` {json.dumps(params)} against the defaults, seeds {seeds[0]}-{seeds[-1]} "
-        f"({len(seeds)}), router {run.ROUTER}; paired difference ± standard error, * at two or more",
+        f"variant `{label}` {json.dumps(params)} against the defaults on {len(seeds)} seeds "
+        f"({','.join(map(str, seeds))}), router {run.ROUTER}; paired difference ± standard error, * at two or more",
         "",
         "| workload | default | variant | " + " | ".join(f"Δ {unit}" for _, _, unit in METRICS) + " |",
         "| --- | ---: | ---: | " + " | ".join("---:" for _ in METRICS) + " |",
@@ -75,20 +77,20 @@ def compare(names: list[str], seeds: tuple[int, ...], label: str, params: dict[s
         default_jobs = [run.ours_job(name, s, "", {}) for s in seeds]
         variant_jobs = [run.ours_job(name, s, label, params) for s in seeds]
         records = run.run_all(default_jobs + variant_jobs, jobs)
-        default = [r["score"] for r in records[: len(seeds)]]
-        variant = [r["score"] for r in records[len(seeds) :]]
+        default, variant = records[: len(seeds)], records[len(seeds) :]
         cells = [_summary(default), _summary(variant)]
         for key, factor, _ in METRICS:
-            cells.append(str(paired([s[key] * factor for s in default], [s[key] * factor for s in variant])))
+            before = [r["score"][key] * factor for r in default]
+            cells.append(str(paired(before, [r["score"][key] * factor for r in variant])))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _summary(scores: list[dict[str, Any]]) -> str:
-    attainment = statistics.fmean(s["attainment"] for s in scores) * 100.0
-    gpu_hours = statistics.fmean(s["gpu_hours"] for s in scores)
-    reversals = statistics.fmean(s["reversals_per_hour"] for s in scores)
-    return f"{attainment:.1f} % at {gpu_hours:.2f}, {reversals:.1f}"
+def _summary(records: list[dict[str, Any]]) -> str:
+    s = report.summarise(records)
+    attainment, gpu_hours = s["attainment"]["mean"] * 100.0, s["gpu_hours"]["mean"]
+    lost = f", {s['lost_requests']} lost" if s["lost_requests"] else ""
+    return f"{attainment:.1f} % at {gpu_hours:.2f}, {s['reversals_per_hour']['mean']:.1f}{lost}"
 
 
 def main() -> None:
@@ -99,7 +101,7 @@ def main() -> None:
     parser.add_argument("--label", required=True, help="the variant's name (its replays are cached under it)")
     parser.add_argument("--tuning", required=True, help='JSON overrides of Tuning, e.g. {"burst_hold_windows": 1}')
     parser.add_argument("--jobs", type=int, default=2, help="replays in parallel (one process each)")
-    parser.add_argument("--router", default=sim.ROUTER_MODE, choices=[sim.ROUTER_MODE, "round_robin"])
+    parser.add_argument("--router", default=sim.ROUTER_MODE, choices=run.ROUTERS)
     args = parser.parse_args()
     run.ROUTER = args.router
     names = [n for n in args.workloads.split(",") if n] or workloads.names(args.split)

@@ -240,6 +240,8 @@ def _execute_logged(job: Job) -> dict[str, Any]:
     return record
 
 
+ROUTERS = (sim.ROUTER_MODE, "round_robin")
+"""What --router accepts: the benchmark's router, or round robin for replays that reproduce exactly."""
 ROUTER = sim.ROUTER_MODE
 """--router: the simulated frontend's worker choice for every job of this run."""
 
@@ -360,7 +362,7 @@ def main() -> None:
     parser.add_argument(
         "--router",
         default=sim.ROUTER_MODE,
-        choices=[sim.ROUTER_MODE, "round_robin"],
+        choices=ROUTERS,
         help="round_robin: reproducible replays for comparing variants (not the benchmark's figures; no report)",
     )
     args = parser.parse_args()
